@@ -1,0 +1,69 @@
+"""Errors the engine raises. Each maps to one HTTP status in the API adapter.
+
+Every error carries a human message that says what was wrong and what to do; the engine
+raises them *before* changing anything wherever it can check first.
+"""
+
+from __future__ import annotations
+
+
+class ZdsError(Exception):
+    """Base of all engine errors. ``status`` is the HTTP status the API answers with."""
+
+    status = 500
+    code = "internal"
+
+    def __init__(self, message: str, *, detail: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or {}
+
+
+class InvalidInput(ZdsError):
+    """A name, IQN, client, size or option is malformed (nothing was changed)."""
+
+    status = 422
+    code = "invalid_input"
+
+
+class NotFound(ZdsError):
+    status = 404
+    code = "not_found"
+
+
+class Conflict(ZdsError):
+    """Name clash, resource in use, or a state that forbids the operation."""
+
+    status = 409
+    code = "conflict"
+
+
+class InsufficientSpace(ZdsError):
+    """The pool cannot hold what was asked for."""
+
+    status = 507
+    code = "insufficient_space"
+
+
+class Unavailable(ZdsError):
+    """A daemon or kernel facility the operation needs is down (ZFS, LIO, ganesha)."""
+
+    status = 503
+    code = "unavailable"
+
+
+class Unauthorized(ZdsError):
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(ZdsError):
+    status = 403
+    code = "forbidden"
+
+
+class HostCommandFailed(ZdsError):
+    """A host command failed in a way the engine could not classify."""
+
+    status = 500
+    code = "host_command_failed"
