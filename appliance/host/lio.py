@@ -8,9 +8,12 @@ configfs match it exactly (``apply_target``) and reads it back (``list_targets``
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from appliance.errors import InvalidInput
 
 # VAAI and thin-provisioning attributes ZDS sets on every zvol LUN (ESXi needs them).
 VAAI_ATTRIBUTES: Mapping[str, int] = {
@@ -80,4 +83,74 @@ class LioHost(Protocol):
     def remove_target(self, iqn: str) -> None:
         """Delete the target and the backstores its LUNs used. Missing: no error."""
 
-    def remove_backstore(self, name: str) -> None: ...
+    def remove_backstore(self, name: str) -> None:
+        """Delete an unused block backstore. Missing: no error; still exported: Conflict."""
+
+    def tpg_attributes(self, iqn: str) -> dict[str, int]:
+        """TPG 1 attributes of ``iqn`` (authentication, generate_node_acls,
+        demo_mode_write_protect, cache_dynamic_acls) plus ``enable``. Missing: NotFound."""
+
+
+# iqn.YYYY-MM.reversed.domain[:anything]; rtslib-fb additionally insists on a second dot
+# after the date (iqn.2026-11.test:host1 is refused, iqn.2026-11.org.example:host1 passes).
+_IQN = re.compile(r"iqn\.[0-9]{4}-(0[1-9]|1[0-2])\.[a-z0-9-]+(\.[a-z0-9-]+)+(:[a-z0-9.:-]+)?")
+_EUI = re.compile(r"eui\.[0-9a-f]{16}")
+_NAA = re.compile(r"naa\.[0-9a-f]{16}([0-9a-f]{16})?")
+MAX_CHAP_LEN = 255  # configfs auth/* attributes take at most 255 characters
+
+
+def check_wwn(name: str, what: str = "IQN") -> str:
+    """Returns ``name`` if LIO (and RFC 3720) accept it as an iSCSI name, else raises
+    ``InvalidInput``. Only lower-case names are accepted: LIO lower-cases what it stores,
+    so a mixed-case spec would never read back equal."""
+    if len(name.encode()) > 223 or not (
+        _IQN.fullmatch(name) or _EUI.fullmatch(name) or _NAA.fullmatch(name)
+    ):
+        raise InvalidInput(
+            f"{what} {name!r} is not a valid iSCSI name: expected lower-case "
+            "iqn.YYYY-MM.reversed.domain[:id] with at least two dots after the date, "
+            "eui.<16 hex> or naa.<16|32 hex>, at most 223 bytes"
+        )
+    return name
+
+
+def check_spec(spec: TargetSpec) -> None:
+    """Validates everything in ``spec`` that LIO would refuse half-way through."""
+    check_wwn(spec.iqn, "target IQN")
+    seen_luns: set[int] = set()
+    seen_bs: set[str] = set()
+    for lun in spec.luns:
+        if not 0 <= lun.lun <= 65535 or lun.lun in seen_luns:
+            raise InvalidInput(f"LUN number {lun.lun} is out of range or used twice")
+        if not lun.backstore or lun.backstore in seen_bs or not re.fullmatch(
+            r"[A-Za-z0-9_.:-]{1,128}", lun.backstore
+        ):
+            raise InvalidInput(f"backstore name {lun.backstore!r} is invalid or used twice")
+        if not lun.device.startswith("/dev/") or any(c in lun.device for c in " \t\n"):
+            raise InvalidInput(f"device {lun.device!r} is not a /dev path")
+        if not re.fullmatch(r"[A-Za-z0-9-]{1,64}", lun.serial):
+            raise InvalidInput(f"unit serial {lun.serial!r} must be 1-64 letters, digits or '-'")
+        seen_luns.add(lun.lun)
+        seen_bs.add(lun.backstore)
+    seen_acl: set[str] = set()
+    for acl in spec.acls:
+        check_wwn(acl.initiator, "initiator IQN")
+        if acl.initiator in seen_acl:
+            raise InvalidInput(f"initiator {acl.initiator} is listed twice")
+        seen_acl.add(acl.initiator)
+        if acl.chap is not None:
+            c = acl.chap
+            values = [c.user, c.password]
+            if (c.mutual_user is None) != (c.mutual_password is None):
+                raise InvalidInput("mutual CHAP needs both a user and a password")
+            if c.mutual_user is not None and c.mutual_password is not None:
+                values += [c.mutual_user, c.mutual_password]
+            for v in values:
+                if not v or len(v) > MAX_CHAP_LEN or v == "NULL" or v != v.strip() or any(
+                    ord(ch) < 0x21 or ord(ch) > 0x7E for ch in v
+                ):
+                    raise InvalidInput("CHAP users and passwords must be 1-255 printable "
+                                       "ASCII characters without spaces")
+    for host, port in spec.portals:
+        if not 0 < port < 65536 or not re.fullmatch(r"[0-9a-fA-F.:\[\]]+", host):
+            raise InvalidInput(f"portal {host}:{port} is not an IP address and port")

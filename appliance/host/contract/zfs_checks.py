@@ -1,0 +1,319 @@
+"""Contract checks for :class:`appliance.host.zfs.ZfsHost` (real ``Zfs`` and ``FakeZfs``).
+
+``check_pools`` creates and destroys its own pools on ``disks`` (at least three unused
+devices of the same size, 256 MiB or more). The dataset checks work below an existing
+``pool`` in a scratch dataset ``<pool>/zds-contract`` and remove it when they pass.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound
+from appliance.host.contract import expect
+from appliance.host.zfs import DatasetInfo, PoolLayout, VdevSpec, ZfsHost
+
+MiB = 1 << 20
+SCRATCH = "zds-contract"
+
+
+def _names(infos: Sequence[DatasetInfo]) -> list[str]:
+    return [i.name for i in infos]
+
+
+def _numeric(info: DatasetInfo, *keys: str) -> None:
+    for key in keys:
+        value = info.properties.get(key, "")
+        assert value.isdigit(), f"{info.name} {key}={value!r} is not a raw -p number"
+
+
+def _scratch(zfs: ZfsHost, pool: str) -> str:
+    root = f"{pool}/{SCRATCH}"
+    if zfs.get_dataset(root) is not None:
+        zfs.destroy(root, recursive=True)
+    zfs.create_filesystem(root, {})
+    return root
+
+
+def check_available(zfs: ZfsHost) -> None:
+    assert zfs.available() is True
+
+
+def check_pools(zfs: ZfsHost, disks: Sequence[str], missing_disk: str,
+                pool: str = "zdsct") -> None:
+    """Pool create (mirror + spare), list, status tree, user properties, scrub,
+    export/import, destroy and the errors of each."""
+    assert len(disks) >= 3, "check_pools needs three unused disks"
+    a, b, c = disks[0], disks[1], disks[2]
+    assert pool not in [p.name for p in zfs.list_pools()], f"pool {pool} already exists"
+    layout = PoolLayout(data=(VdevSpec("mirror", (a, b)),), spares=(c,))
+    zfs.create_pool(pool, layout, {"ashift": "12", "zds:role": "contract"},
+                    {"compression": "lz4", "atime": "off"})
+    try:
+        pools = {p.name: p for p in zfs.list_pools()}
+        assert pool in pools
+        info = pools[pool]
+        assert info.health == "ONLINE", info
+        assert info.size > 0 and 0 <= info.free <= info.size, info
+        assert info.allocated + info.free <= info.size + info.size // 50, info
+        assert 0 <= info.capacity <= 100
+        assert info.fragmentation is None or 0 <= info.fragmentation <= 100
+        assert info.properties.get("zds:role") == "contract", info.properties
+        assert info.properties.get("ashift") == "12", info.properties
+
+        status = zfs.pool_status(pool)
+        assert status.name == pool and status.state == "ONLINE", status
+        assert status.config.name == pool
+        top = status.config.children
+        assert top[0].name.startswith("mirror-"), top
+        assert len(top[0].children) == 2 and all(d.state == "ONLINE" for d in top[0].children)
+        assert top[-1].name == "spares" and len(top[-1].children) == 1, top
+        assert "No known data errors" in status.errors, status.errors
+
+        root = zfs.get_dataset(pool)
+        assert root is not None and root.type == "filesystem"
+        assert root.prop("compression") == "lz4" and root.prop("atime") == "off"
+
+        zfs.set_pool_properties(pool, {"zds:role": "changed", "autotrim": "on"})
+        info = {p.name: p for p in zfs.list_pools()}[pool]
+        assert info.properties.get("zds:role") == "changed"
+        assert info.properties.get("autotrim") == "on"
+
+        expect(Conflict, zfs.create_pool, pool, PoolLayout(data=(VdevSpec("disk", (c,)),)),
+               {}, {})
+        expect(Conflict, zfs.create_pool, pool + "x", PoolLayout(
+            data=(VdevSpec("disk", (a,)),)), {}, {})
+        expect(NotFound, zfs.create_pool, pool + "y", PoolLayout(
+            data=(VdevSpec("disk", (missing_disk,)),)), {}, {})
+        assert pool + "x" not in [p.name for p in zfs.list_pools()]
+
+        zfs.scrub(pool)
+        deadline = time.monotonic() + 60
+        while "scrub" not in zfs.pool_status(pool).scan and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert "scrub" in zfs.pool_status(pool).scan, zfs.pool_status(pool).scan
+
+        zfs.export_pool(pool)
+        assert pool not in [p.name for p in zfs.list_pools()]
+        assert pool in zfs.importable_pools()
+        expect(NotFound, zfs.pool_status, pool)
+        expect(NotFound, zfs.scrub, pool)
+        zfs.import_pool(pool)
+        assert pool in [p.name for p in zfs.list_pools()]
+        assert pool not in zfs.importable_pools()
+        expect(Conflict, zfs.import_pool, pool)
+        expect(NotFound, zfs.import_pool, "zdsnosuchpool")
+    finally:
+        if pool in [p.name for p in zfs.list_pools()]:
+            zfs.destroy_pool(pool)
+    assert pool not in [p.name for p in zfs.list_pools()]
+    expect(NotFound, zfs.destroy_pool, pool)
+    expect(NotFound, zfs.pool_status, "zdsnosuchpool")
+    # The disks are free again: a plain stripe pool on one of them works.
+    zfs.create_pool(pool, PoolLayout(data=(VdevSpec("disk", (a,)),)), {}, {})
+    zfs.destroy_pool(pool)
+
+
+def check_filesystems(zfs: ZfsHost, pool: str) -> None:
+    """create_filesystem (with parents), properties, list/get, set, destroy."""
+    root = _scratch(zfs, pool)
+    try:
+        leaf = f"{root}/a/b"
+        zfs.create_filesystem(leaf, {"compression": "lz4", "recordsize": "65536",
+                                     "sync": "standard", "zds:kind": "nfs"})
+        info = zfs.get_dataset(leaf)
+        assert info is not None and info.type == "filesystem" and info.name == leaf
+        assert info.prop("compression") == "lz4"
+        assert info.prop("recordsize") == "65536"
+        assert info.prop("zds:kind") == "nfs"
+        assert info.prop("mountpoint").endswith(f"/{SCRATCH}/a/b"), info.prop("mountpoint")
+        assert info.prop("origin") == "" and info.properties.get("origin") == "-"
+        _numeric(info, "used", "available", "referenced", "creation", "guid", "quota",
+                 "refquota", "refreservation")
+        assert info.int_prop("available") > 0
+        parent = zfs.get_dataset(f"{root}/a")
+        assert parent is not None and parent.type == "filesystem"
+        assert "zds:kind" not in parent.properties
+        # user properties are reported where they are set, not where they are inherited
+        zfs.set_properties(f"{root}/a", {"zds:owner": "contract"})
+        child = zfs.get_dataset(leaf)
+        assert child is not None and "zds:owner" not in child.properties
+        assert _names(zfs.list_datasets(root)) == [root, f"{root}/a", leaf]
+        assert zfs.list_datasets(f"{root}/nope") == []
+        assert zfs.get_dataset(f"{root}/nope") is None
+        assert zfs.get_dataset("zdsnosuchpool/x") is None
+
+        expect(Conflict, zfs.create_filesystem, leaf, {})
+        expect(NotFound, zfs.create_filesystem, "zdsnosuchpool/x", {})
+        expect(InvalidInput, zfs.create_filesystem, f"{root}/bad", {"nosuchprop": "1"})
+        expect(InvalidInput, zfs.create_filesystem, f"{root}/bad", {"sync": "sometimes"})
+        assert zfs.get_dataset(f"{root}/bad") is None
+
+        zfs.set_properties(leaf, {"sync": "always", "refquota": str(64 * MiB),
+                                  "zds:kind": "nfs41"})
+        info = zfs.get_dataset(leaf)
+        assert info is not None
+        assert info.prop("sync") == "always"
+        assert info.int_prop("refquota") == 64 * MiB
+        assert info.prop("zds:kind") == "nfs41"
+        assert info.int_prop("available") <= 64 * MiB
+        expect(InvalidInput, zfs.set_properties, leaf, {"compression": "bogus"})
+        expect(InvalidInput, zfs.set_properties, leaf, {"nosuchprop": "1"})
+        expect(NotFound, zfs.set_properties, f"{root}/nope", {"sync": "always"})
+
+        big = f"{root}/reserved"
+        avail = zfs.get_dataset(root)
+        assert avail is not None
+        expect(InsufficientSpace, zfs.create_filesystem, big,
+               {"refreservation": str(avail.int_prop("available") + 512 * MiB)})
+        assert zfs.get_dataset(big) is None
+
+        expect(Conflict, zfs.destroy, f"{root}/a")  # has children
+        assert zfs.get_dataset(leaf) is not None
+        zfs.destroy(leaf)
+        assert zfs.get_dataset(leaf) is None
+        expect(NotFound, zfs.destroy, leaf)
+        zfs.create_filesystem(f"{root}/a/c/d", {})
+        zfs.destroy(f"{root}/a", recursive=True)
+        assert _names(zfs.list_datasets(root)) == [root]
+    finally:
+        zfs.destroy(root, recursive=True)
+    assert zfs.get_dataset(root) is None
+
+
+def check_volumes(zfs: ZfsHost, pool: str,
+                  device_exists: Callable[[str], bool] | None = None) -> None:
+    """Thick and sparse zvols, space errors, resize, device path."""
+    root = _scratch(zfs, pool)
+    try:
+        rinfo = zfs.get_dataset(root)
+        assert rinfo is not None
+        free = rinfo.int_prop("available")
+        thick = f"{root}/thick"
+        zfs.create_volume(thick, 32 * MiB, sparse=False,
+                          properties={"volblocksize": "16384", "compression": "lz4",
+                                      "zds:serial": "6a1e5c3d-0000-4000-8000-000000000001"})
+        info = zfs.get_dataset(thick)
+        assert info is not None and info.type == "volume"
+        assert info.int_prop("volsize") == 32 * MiB
+        assert info.int_prop("volblocksize") == 16384
+        assert info.int_prop("refreservation") >= 32 * MiB
+        assert info.prop("zds:serial") == "6a1e5c3d-0000-4000-8000-000000000001"
+        assert info.prop("mountpoint") == "" and info.prop("recordsize") == ""
+        _numeric(info, "used", "available", "referenced", "creation", "guid")
+        assert zfs.zvol_device(thick) == f"/dev/zvol/{thick}"
+        assert zfs.wait_for_device(thick, timeout=30) == f"/dev/zvol/{thick}"
+        if device_exists is not None:
+            assert device_exists(f"/dev/zvol/{thick}")
+
+        sparse = f"{root}/sparse"
+        zfs.create_volume(sparse, free + 1024 * MiB, sparse=True, properties={})
+        sinfo = zfs.get_dataset(sparse)
+        assert sinfo is not None and sinfo.int_prop("refreservation") == 0
+        assert sinfo.int_prop("volsize") == free + 1024 * MiB
+
+        expect(InsufficientSpace, zfs.create_volume, f"{root}/huge", free + 1024 * MiB,
+               False, {})
+        assert zfs.get_dataset(f"{root}/huge") is None
+        expect(InvalidInput, zfs.create_volume, f"{root}/odd", 32 * MiB + 512, False, {})
+        assert zfs.get_dataset(f"{root}/odd") is None
+        expect(Conflict, zfs.create_volume, thick, 32 * MiB, False, {})
+        expect(NotFound, zfs.create_volume, "zdsnosuchpool/v", 32 * MiB, True, {})
+        expect(InvalidInput, zfs.create_volume, f"{root}/fsprop", 32 * MiB, True,
+               {"recordsize": "65536"})
+
+        # grow a thick volume: its reservation follows
+        zfs.set_properties(thick, {"volsize": str(48 * MiB)})
+        info = zfs.get_dataset(thick)
+        assert info is not None and info.int_prop("volsize") == 48 * MiB
+        assert info.int_prop("refreservation") >= 48 * MiB
+        expect(InsufficientSpace, zfs.set_properties, thick,
+               {"volsize": str(free + 2048 * MiB)})
+        info = zfs.get_dataset(thick)
+        assert info is not None and info.int_prop("volsize") == 48 * MiB
+        expect(InvalidInput, zfs.set_properties, thick, {"volblocksize": "8192"})
+
+        assert _names(zfs.list_datasets(root)) == [root, sparse, thick]
+        zfs.destroy(thick)
+        assert zfs.get_dataset(thick) is None
+    finally:
+        zfs.destroy(root, recursive=True)
+
+
+def check_snapshots(zfs: ZfsHost, pool: str) -> None:
+    """Snapshots (order, user props), rollback rules, clones and destroy rules."""
+    root = _scratch(zfs, pool)
+    try:
+        ds = f"{root}/ds"
+        zfs.create_filesystem(ds, {"zds:kind": "nfs"})
+        for n in ("s1", "s2", "s3"):
+            zfs.snapshot(ds, n, {"zds:note": f"note {n}"})
+        snaps = zfs.list_snapshots(ds)
+        assert _names(snaps) == [f"{ds}@s1", f"{ds}@s2", f"{ds}@s3"]
+        assert all(s.type == "snapshot" for s in snaps)
+        assert snaps[0].prop("zds:note") == "note s1"
+        _numeric(snaps[0], "used", "referenced", "creation", "guid", "createtxg")
+        assert snaps[0].int_prop("createtxg") < snaps[2].int_prop("createtxg")
+        got = zfs.get_dataset(f"{ds}@s2")
+        assert got is not None and got.type == "snapshot" and got.name == f"{ds}@s2"
+        assert zfs.get_dataset(f"{ds}@nope") is None
+        assert _names(zfs.list_datasets(root)) == [root, ds], "no snapshots in list_datasets"
+        zfs.create_filesystem(f"{ds}/child", {})
+        zfs.snapshot(f"{ds}/child", "c1")
+        assert len(zfs.list_snapshots(ds)) == 3, "snapshots of children are not listed"
+
+        expect(Conflict, zfs.snapshot, ds, "s1")
+        expect(NotFound, zfs.snapshot, f"{root}/nope", "s1")
+        expect(NotFound, zfs.list_snapshots, f"{root}/nope")
+
+        expect(Conflict, zfs.rollback, f"{ds}@s1")
+        assert len(zfs.list_snapshots(ds)) == 3
+        zfs.rollback(f"{ds}@s3")
+        expect(NotFound, zfs.rollback, f"{ds}@nope")
+
+        clone = f"{root}/clone"
+        zfs.clone(f"{ds}@s2", clone, {"zds:kind": "clone"})
+        cinfo = zfs.get_dataset(clone)
+        assert cinfo is not None and cinfo.type == "filesystem"
+        assert cinfo.prop("origin") == f"{ds}@s2"
+        assert cinfo.prop("zds:kind") == "clone"
+        expect(Conflict, zfs.clone, f"{ds}@s2", clone, {})
+        expect(NotFound, zfs.clone, f"{ds}@nope", f"{root}/clone2", {})
+        expect(NotFound, zfs.clone, f"{ds}@s1", f"{root}/nope/clone3", {})
+
+        expect(Conflict, zfs.destroy, f"{ds}@s2")  # has a clone
+        expect(Conflict, zfs.destroy, ds)  # has snapshots and children
+        expect(Conflict, zfs.destroy, ds, recursive=True)  # a clone outside depends on it
+        expect(Conflict, zfs.rollback, f"{ds}@s1", destroy_newer=True)  # s2 has a clone
+        assert len(zfs.list_snapshots(ds)) == 3
+        zfs.destroy(clone)
+        zfs.rollback(f"{ds}@s1", destroy_newer=True)
+        assert _names(zfs.list_snapshots(ds)) == [f"{ds}@s1"]
+        zfs.destroy(f"{ds}@s1")
+        assert zfs.list_snapshots(ds) == []
+        expect(NotFound, zfs.destroy, f"{ds}@s1")
+
+        vol = f"{root}/vol"
+        zfs.create_volume(vol, 16 * MiB, sparse=True, properties={})
+        zfs.snapshot(vol, "v1")
+        zfs.clone(f"{vol}@v1", f"{root}/volclone", {})
+        vc = zfs.get_dataset(f"{root}/volclone")
+        assert vc is not None and vc.type == "volume"
+        assert vc.int_prop("volsize") == 16 * MiB and vc.prop("origin") == f"{vol}@v1"
+        zfs.destroy(f"{root}/volclone")
+        zfs.destroy(vol, recursive=True)
+        assert zfs.get_dataset(vol) is None
+    finally:
+        zfs.destroy(root, recursive=True)
+
+
+def run_all(zfs: ZfsHost, pool: str, disks: Sequence[str], missing_disk: str,
+            device_exists: Callable[[str], bool] | None = None) -> list[str]:
+    """Runs every check; ``pool`` must exist already, ``disks`` must be unused."""
+    check_available(zfs)
+    check_pools(zfs, disks, missing_disk)
+    check_filesystems(zfs, pool)
+    check_volumes(zfs, pool, device_exists)
+    check_snapshots(zfs, pool)
+    return ["available", "pools", "filesystems", "volumes", "snapshots"]

@@ -1,0 +1,93 @@
+"""Every contract check, run against the in-memory fakes (the real adapters run the same
+checks inside the appliance image: ``python -m appliance.host.contract``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.errors import Unavailable
+from appliance.host.contract import lio_checks, zfs_checks
+from appliance.host.fakes.lio import FakeLio
+from appliance.host.fakes.zfs import FakeZfs
+from appliance.host.zfs import PoolLayout, VdevSpec
+
+MiB = 1 << 20
+DISKS = [f"/var/tmp/zds-contract/disk{i}.img" for i in range(4)]
+
+
+@pytest.fixture
+def zfs() -> FakeZfs:
+    fake = FakeZfs(disks={d: 512 * MiB for d in DISKS})
+    fake.create_pool("ctpool", PoolLayout(data=(VdevSpec("disk", (DISKS[3],)),)), {}, {})
+    return fake
+
+
+def test_zfs_available(zfs: FakeZfs) -> None:
+    zfs_checks.check_available(zfs)
+
+
+def test_zfs_pools(zfs: FakeZfs) -> None:
+    zfs_checks.check_pools(zfs, DISKS[:3], "/var/tmp/zds-contract/missing.img")
+
+
+def test_zfs_filesystems(zfs: FakeZfs) -> None:
+    zfs_checks.check_filesystems(zfs, "ctpool")
+
+
+def test_zfs_volumes(zfs: FakeZfs) -> None:
+    zfs_checks.check_volumes(zfs, "ctpool", zfs.device_exists)
+
+
+def test_zfs_snapshots(zfs: FakeZfs) -> None:
+    zfs_checks.check_snapshots(zfs, "ctpool")
+
+
+def test_zfs_run_all(zfs: FakeZfs) -> None:
+    done = zfs_checks.run_all(zfs, "ctpool", DISKS[:3], "/nonexistent", zfs.device_exists)
+    assert done == ["available", "pools", "filesystems", "volumes", "snapshots"]
+    assert list(zfs.iter_names()) == ["ctpool"], "checks clean up after themselves"
+
+
+def test_zfs_down_is_unavailable(zfs: FakeZfs) -> None:
+    zfs.down = True
+    assert zfs.available() is False
+    with pytest.raises(Unavailable):
+        zfs.list_pools()
+    with pytest.raises(Unavailable):
+        zfs.create_filesystem("ctpool/x", {})
+
+
+@pytest.fixture
+def lio_env() -> tuple[FakeLio, list[str]]:
+    zfs = FakeZfs(disks={DISKS[0]: 1024 * MiB})
+    zfs.create_pool("ctpool", PoolLayout(data=(VdevSpec("disk", (DISKS[0],)),)), {}, {})
+    for n in ("l0", "l1"):
+        zfs.create_volume(f"ctpool/{n}", 16 * MiB, sparse=True, properties={})
+    return FakeLio.linked_to(zfs), ["/dev/zvol/ctpool/l0", "/dev/zvol/ctpool/l1"]
+
+
+def test_lio_available(lio_env: tuple[FakeLio, list[str]]) -> None:
+    lio_checks.check_available(lio_env[0])
+
+
+def test_lio_apply_read_back(lio_env: tuple[FakeLio, list[str]]) -> None:
+    lio_checks.check_apply_read_back(*lio_env)
+
+
+def test_lio_errors(lio_env: tuple[FakeLio, list[str]]) -> None:
+    lio_checks.check_errors(*lio_env, "/dev/zvol/ctpool/missing")
+
+
+def test_lio_run_all(lio_env: tuple[FakeLio, list[str]]) -> None:
+    lio, devices = lio_env
+    assert lio_checks.run_all(lio, devices, "/dev/zvol/ctpool/nope") == [
+        "available", "apply_read_back", "errors"]
+    assert lio.list_targets() == [] and lio.list_backstores() == []
+
+
+def test_lio_down_is_unavailable(lio_env: tuple[FakeLio, list[str]]) -> None:
+    lio = lio_env[0]
+    lio.down = True
+    assert lio.available() is False
+    with pytest.raises(Unavailable):
+        lio.list_targets()
