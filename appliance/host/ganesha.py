@@ -89,6 +89,7 @@ _PATH = re.compile(r"^(?:/[A-Za-z0-9._:+-]+)+$")
 _PATH_MAX = 1024
 _HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
 _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
+_CLIENT_CHARS = re.compile(r"[A-Za-z0-9.:/-]{1,253}")
 
 
 def check_export_path(value: object, what: str = "path") -> str:
@@ -97,7 +98,7 @@ def check_export_path(value: object, what: str = "path") -> str:
         raise InvalidInput(f"export {what} must be a non-empty absolute path")
     if len(value) > _PATH_MAX:
         raise InvalidInput(f"export {what} is longer than {_PATH_MAX} characters")
-    if not _PATH.match(value):
+    if not _PATH.fullmatch(value):
         raise InvalidInput(
             f"export {what} {value!r} is not allowed: use an absolute path of letters, "
             "digits and . _ : + - (no spaces, quotes, braces, ';', '#', '$' or '//')"
@@ -116,13 +117,17 @@ def check_client(value: object) -> str:
         raise InvalidInput("an NFS client must be a non-empty string")
     if value == "*":
         return value
+    if not _CLIENT_CHARS.fullmatch(value):  # also keeps out IPv6 zone ids ("fe80::1%x;}")
+        raise InvalidInput(
+            f"invalid NFS client {value!r}: only letters, digits and . : / - are allowed"
+        )
     try:
         if "/" in value:
             return str(ipaddress.ip_network(value, strict=False))
         return str(ipaddress.ip_address(value))
     except ValueError:
         pass
-    if _HOSTNAME.match(value) and not value.replace(".", "").isdigit():
+    if _HOSTNAME.fullmatch(value) and not value.replace(".", "").isdigit():
         return value.lower()
     raise InvalidInput(
         f"invalid NFS client {value!r}: expected an IP address, a CIDR network "
@@ -724,7 +729,7 @@ class Ganesha:
         self._apply(s, text, "UpdateExport")
 
     def remove_export(self, export_id: int) -> None:
-        _check_id(export_id)
+        check_export_id(export_id)
         try:
             self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.RemoveExport", f"uint16:{export_id}")
         except GaneshaRefused as exc:
@@ -745,7 +750,7 @@ class Ganesha:
         client that uses another export with the same rules (safe for "refuse delete");
         it misses a client that has been silent longer than the window.
         """
-        _check_id(export_id)
+        check_export_id(export_id)
         rows = {r.export_id: r for r in self._show_exports()}
         row = rows.get(export_id)
         if row is None or not row.protocols_used:
@@ -844,7 +849,7 @@ class Ganesha:
             _write_atomic(path, old)
 
 
-def _check_id(export_id: int) -> None:
+def check_export_id(export_id: int) -> None:
     if isinstance(export_id, bool) or not isinstance(export_id, int):
         raise InvalidInput("export id must be an integer")
     if not 1 <= export_id <= MAX_EXPORT_ID:
