@@ -9,9 +9,23 @@ a device in use or missing ``Conflict``/``NotFound``.
 
 from __future__ import annotations
 
+import os
+import re
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
+
+from appliance.errors import (
+    Conflict,
+    HostCommandFailed,
+    InsufficientSpace,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    ZdsError,
+)
+from appliance.host.run import CommandError, Runner
 
 VdevKind = Literal["disk", "mirror", "raidz1", "raidz2", "raidz3"]
 
@@ -185,3 +199,512 @@ def vdev_args(layout: PoolLayout) -> list[str]:
         args.append("spare")
         args.extend(layout.spares)
     return args
+
+
+# --------------------------------------------------------------------------------------
+# The real adapter: ``zpool``/``zfs`` through the Runner, parsable output only.
+# --------------------------------------------------------------------------------------
+
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/@ -]*")
+_SAFE_PROP = re.compile(r"[a-z][a-z0-9_.:@-]*")
+_DEVICE = re.compile(r"/[A-Za-z0-9_.:/+-]+")
+
+
+def _arg_name(name: str) -> str:
+    """A dataset/pool/snapshot name safe to put on a command line (engine validates the
+    ZFS rules; this only stops option injection and control characters)."""
+    if not _SAFE_NAME.fullmatch(name) or "  " in name or name.endswith(" "):
+        raise InvalidInput(f"invalid ZFS name {name!r}")
+    return name
+
+
+def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
+    out: list[str] = []
+    for key, value in props.items():
+        if not _SAFE_PROP.fullmatch(key):
+            raise InvalidInput(f"invalid property name {key!r}")
+        if any(c in value for c in "\t\n\r\0"):
+            raise InvalidInput(f"property {key} value contains a control character")
+        out += [flag, f"{key}={value}"] if flag else [f"{key}={value}"]
+    return out
+
+
+# ---- error classification ----------------------------------------------------------------
+# Real stderr, e.g.:
+#   cannot open 'tank/nope': dataset does not exist
+#   cannot create 'tank/a/b': parent does not exist
+#   cannot open 'nopool': no such pool
+#   cannot create 'nopool/x': no such pool 'nopool'
+#   cannot import 'nopool': no such pool available
+#   cannot open '/dev/disk/by-id/virtio-nope': No such device or address
+#   cannot resolve path '/var/tmp/nope.img'
+#   cannot create 'tank/fs': dataset already exists
+#   cannot create 'tank': pool already exists
+#   cannot import 'tank': a pool with that name already exists
+#   invalid vdev specification
+#   use '-f' to override the following errors:
+#   /dev/sdb is part of active pool 'tank'
+#   cannot destroy 'tank/v': dataset is busy
+#   cannot destroy 'tank/fs': filesystem has children
+#   use '-r' to destroy the following datasets:
+#   cannot destroy 'tank/fs@s': snapshot has dependent clones
+#   cannot rollback to 'tank/fs@s1': more recent snapshots or bookmarks exist
+#   cannot create 'tank/v': out of space
+#   cannot set property for 'tank/v': size is greater than available space
+#   cannot set property for 'tank/fs': 'volblocksize' is readonly
+#   cannot create 'tank/fs': invalid property 'nosuch'
+#   cannot create 'tank/v': volume size must be a multiple of volume block size
+#   The ZFS modules are not loaded.
+#   Try running 'modprobe zfs' as root to load them.
+_UNAVAILABLE = ("modules are not loaded", "failed to initialize the libzfs library",
+                "/dev/zfs", "modprobe zfs")
+_NO_SPACE = ("out of space", "greater than available space", "no space left",
+             "insufficient space")
+_CONFLICT = ("already exists", "is part of active pool", "is part of exported pool",
+             "is part of potentially active pool", "is in use", "contains a filesystem",
+             "is busy", "has children", "has dependent clones", "more recent snapshots",
+             "clones of previous snapshots", "less than current used or reserved",
+             "device or resource busy", "currently scrubbing", "is a member of")
+_NOT_FOUND = ("does not exist", "no such pool", "no such device", "no such file",
+              "cannot resolve path", "could not find any snapshots", "not found",
+              "no pools available")
+_INVALID = ("invalid", "bad property value", "bad numeric value", "must be a multiple",
+            "must be one of", "must be power of", "must be a power of", "cannot be zero",
+            "is readonly", "does not apply", "less than the minimum size", "bad mount point",
+            "property cannot", "too long", "not supported", "can not be set",
+            "can not be modified", "operation does not apply to pools", "too small",
+            "must be an absolute path")
+
+
+def classify_error(exc: CommandError) -> ZdsError:
+    """The engine error for a failed ``zfs``/``zpool`` command, from its stderr."""
+    text = (exc.result.stderr or exc.result.stdout).strip()
+    low = text.lower()
+    msg = text.splitlines()[0] if text else str(exc)
+    if len(text.splitlines()) > 1:
+        msg = " ".join(line.strip() for line in text.splitlines()[:4])
+    for needles, cls in ((_UNAVAILABLE, Unavailable), (_NO_SPACE, InsufficientSpace),
+                         (_CONFLICT, Conflict), (_NOT_FOUND, NotFound),
+                         (_INVALID, InvalidInput)):
+        if any(n in low for n in needles):
+            err: ZdsError = cls(msg, detail={"argv": list(exc.result.argv)})
+            return err
+    return exc
+
+
+# ---- parsers ---------------------------------------------------------------------------
+def _int_or_none(value: str) -> int | None:
+    return int(value) if value.isdigit() else None
+
+
+# `zpool list -H -p -o name,health,size,allocated,free,fragmentation,capacity`
+# (tab-separated; '-' where a value is unknown, e.g. fragmentation of a fresh pool):
+#   tank	ONLINE	10200547328	1204224	10199343104	0	0
+#   zdsct	ONLINE	520093696	116736	519976960	-	0
+#   broken	UNAVAIL	-	-	-	-	-
+ZPOOL_LIST_COLUMNS = "name,health,size,allocated,free,fragmentation,capacity"
+
+
+def parse_zpool_list(out: str) -> list[PoolInfo]:
+    pools: list[PoolInfo] = []
+    for line in out.splitlines():
+        if not line.strip() or line.startswith("no pools available"):
+            continue
+        f = line.split("\t")
+        if len(f) < 7:
+            raise HostCommandFailed(f"unexpected zpool list line: {line!r}")
+        pools.append(PoolInfo(
+            name=f[0], health=f[1], size=_int_or_none(f[2]) or 0,
+            allocated=_int_or_none(f[3]) or 0, free=_int_or_none(f[4]) or 0,
+            fragmentation=_int_or_none(f[5].rstrip("%")),
+            capacity=_int_or_none(f[6].rstrip("%")) or 0))
+    return pools
+
+
+# `zpool get -H -p -o name,property,value,source all` (every pool; user properties show
+# up with source 'local'; feature@ lines are dropped by the parser):
+#   tank	size	10200547328	-
+#   tank	capacity	0	-
+#   tank	health	ONLINE	-
+#   tank	ashift	12	local
+#   tank	autotrim	off	default
+#   tank	comment	-	default
+#   tank	feature@lz4_compress	active	local
+#   tank	zds:demo	true	local
+def parse_get(out: str) -> dict[str, dict[str, tuple[str, str]]]:
+    """``name -> {property: (value, source)}`` from ``zfs get``/``zpool get`` with
+    ``-H -p -o name,property,value,source``. Values may contain spaces, not tabs."""
+    result: dict[str, dict[str, tuple[str, str]]] = {}
+    for line in out.splitlines():
+        if not line:
+            continue
+        f = line.split("\t")
+        if len(f) < 4:
+            raise HostCommandFailed(f"unexpected get line: {line!r}")
+        name, prop, source = f[0], f[1], f[-1]
+        value = "\t".join(f[2:-1])
+        if prop.startswith("feature@"):
+            continue
+        result.setdefault(name, {})[prop] = (value, source)
+    return result
+
+
+def _props_from(raw: Mapping[str, tuple[str, str]]) -> dict[str, str]:
+    """Native properties whatever their source; user properties only where they are set
+    (source local or received), not where they are inherited."""
+    props: dict[str, str] = {}
+    for key, (value, source) in raw.items():
+        if ":" in key and not (source == "local" or source.startswith("received")):
+            continue
+        props[key] = value
+    return props
+
+
+# `zfs get -H -p -o name,property,value,source all tank/zds/vm01` (abridged; one line per
+# property, snapshots and volumes the same way; '-' = not applicable):
+#   tank/zds/vm01	type	volume	-
+#   tank/zds/vm01	creation	1795742040	-
+#   tank/zds/vm01	used	34340864	-
+#   tank/zds/vm01	available	9793286144	-
+#   tank/zds/vm01	referenced	57344	-
+#   tank/zds/vm01	compressratio	1.00x	-
+#   tank/zds/vm01	reservation	0	default
+#   tank/zds/vm01	volsize	33554432	local
+#   tank/zds/vm01	volblocksize	16384	default
+#   tank/zds/vm01	checksum	on	default
+#   tank/zds/vm01	compression	lz4	inherited from tank
+#   tank/zds/vm01	origin	-	-
+#   tank/zds/vm01	refreservation	34283520	local
+#   tank/zds/vm01	guid	10736245376190163203	-
+#   tank/zds/vm01	sync	standard	default
+#   tank/zds/vm01	mountpoint	-	-
+#   tank/zds/vm01	createtxg	94	-
+#   tank/zds/vm01	zds:serial	6a1e5c3d-0000-4000-8000-000000000001	local
+#   tank/zds	zds:role	datastores	local
+#   tank/zds/vm01	zds:role	datastores	inherited from tank/zds
+def parse_datasets(out: str) -> list[DatasetInfo]:
+    infos: list[DatasetInfo] = []
+    for name, raw in parse_get(out).items():
+        kind = raw.get("type", ("", ""))[0]
+        if kind not in ("filesystem", "volume", "snapshot"):
+            continue
+        props = _props_from(raw)
+        infos.append(DatasetInfo(name=name, type=kind,  # type: ignore[arg-type]
+                                 properties=props))
+    return infos
+
+
+# `zpool status -p tank` (tab-indented config tree; two spaces per level; the group
+# lines logs/cache/spares/special/dedup sit at the pool's level and carry no state):
+#   pool: tank
+#  state: ONLINE
+#   scan: scrub repaired 0B in 00:00:01 with 0 errors on Sun Nov 22 02:00:01 2026
+# config:
+#
+# 	NAME                 STATE     READ WRITE CKSUM
+# 	tank                 ONLINE       0     0     0
+# 	  mirror-0           ONLINE       0     0     0
+# 	    virtio-zdsdata0  ONLINE       0     0     0
+# 	    virtio-zdsdata1  ONLINE       0     0     0
+# 	logs
+# 	  virtio-zdsdata2    ONLINE       0     0     0
+# 	cache
+# 	  virtio-zdsdata3    ONLINE       0     0     0
+# 	spares
+# 	  virtio-zdsdata4    AVAIL
+#
+# errors: No known data errors
+ZPOOL_STATUS_SAMPLE = (
+    "  pool: tank\n state: ONLINE\n"
+    "  scan: scrub repaired 0B in 00:00:01 with 0 errors on Sun Nov 22 02:00:01 2026\n"
+    "config:\n\n"
+    "\tNAME                 STATE     READ WRITE CKSUM\n"
+    "\ttank                 ONLINE       0     0     0\n"
+    "\t  mirror-0           ONLINE       0     0     0\n"
+    "\t    virtio-zdsdata0  ONLINE       0     0     0\n"
+    "\t    virtio-zdsdata1  ONLINE       0     0     0\n"
+    "\tlogs\t\n"
+    "\t  virtio-zdsdata2    ONLINE       0     0     0\n"
+    "\tcache\n"
+    "\t  virtio-zdsdata3    ONLINE       0     0     0\n"
+    "\tspares\n"
+    "\t  virtio-zdsdata4    AVAIL   \n"
+    "\nerrors: No known data errors\n"
+)
+
+
+def parse_zpool_status(out: str) -> list[PoolStatus]:
+    """Every pool in ``zpool status -p`` output (several pools are separated by blank
+    lines and start with ``pool:``)."""
+    results: list[PoolStatus] = []
+    fields: dict[str, list[str]] = {}
+    rows: list[tuple[int, list[str]]] = []
+    key = ""
+
+    def finish() -> None:
+        if "pool" not in fields:
+            return
+        results.append(_build_status(fields, rows))
+
+    for line in out.splitlines():
+        m = re.match(r"^\s*([a-z]+): ?(.*)$", line)
+        if m and not line.startswith("\t") and m.group(1) in (
+                "pool", "id", "state", "status", "action", "see", "scan", "config",
+                "errors", "remove", "checkpoint", "expand", "raidz", "comment"):
+            key = m.group(1)
+            if key == "pool":
+                finish()
+                fields, rows = {}, []
+            fields.setdefault(key, []).append(m.group(2).strip())
+            continue
+        if key == "config":
+            if not line.strip() or not line.startswith("\t"):
+                continue
+            body = line[1:]
+            stripped = body.lstrip(" ")
+            tokens = stripped.split()
+            if not tokens or tokens[:2] == ["NAME", "STATE"]:
+                continue
+            rows.append(((len(body) - len(stripped)) // 2, tokens))
+        elif key and line.startswith(("\t", "        ")) and line.strip():
+            fields.setdefault(key, []).append(line.strip())
+    finish()
+    return results
+
+
+def _build_status(fields: Mapping[str, list[str]],
+                  rows: list[tuple[int, list[str]]]) -> PoolStatus:
+    name = fields["pool"][0]
+
+    def counter(tokens: list[str], i: int) -> int:
+        return int(tokens[i]) if len(tokens) > i and tokens[i].isdigit() else 0
+
+    def build(start: int, depth: int) -> tuple[list[VdevNode], int]:
+        nodes: list[VdevNode] = []
+        i = start
+        while i < len(rows):
+            d, tokens = rows[i]
+            if d < depth:
+                break
+            if d > depth:  # deeper than expected: attach to the previous node
+                i += 1
+                continue
+            children, nxt = build(i + 1, depth + 1)
+            nodes.append(VdevNode(
+                name=tokens[0], state=tokens[1] if len(tokens) > 1 else "",
+                read_errors=counter(tokens, 2), write_errors=counter(tokens, 3),
+                checksum_errors=counter(tokens, 4), children=tuple(children)))
+            i = nxt
+        return nodes, i
+
+    top, _ = build(0, 0)
+    if top and top[0].name == name:
+        # later top-level rows are the groups: logs, cache, spares, special, dedup
+        root = replace(top[0], children=top[0].children + tuple(top[1:]))
+    else:
+        root = VdevNode(name=name, state="", children=tuple(top))
+
+    def text(key: str) -> str:
+        return " ".join(fields.get(key, [])).strip()
+
+    return PoolStatus(name=name, state=text("state"), status=text("status"),
+                      action=text("action"), scan=text("scan"), errors=text("errors"),
+                      config=root)
+
+
+# `zpool import -d /var/tmp/zds-contract` (pools that could be imported):
+#    pool: zdsct
+#      id: 15096359658297400000
+#   state: ONLINE
+#  action: The pool can be imported using its name or numeric identifier.
+#  config:
+#
+# 	zdsct                               ONLINE
+# 	  /var/tmp/zds-contract/disk0.img  ONLINE
+# With nothing to import it prints "no pools available to import" on stderr.
+def parse_zpool_import(out: str) -> list[str]:
+    names: list[str] = []
+    for line in out.splitlines():
+        m = re.match(r"^\s*pool: (\S+)\s*$", line)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+class Zfs:
+    """:class:`ZfsHost` on the real ``zpool``/``zfs`` commands (OpenZFS 2.3)."""
+
+    def __init__(self, runner: Runner, *, import_dirs: Sequence[str] = (),
+                 poll_interval: float = 0.1) -> None:
+        self.runner = runner
+        self.import_dirs = tuple(import_dirs)  # searched by import (pools on files)
+        self.poll_interval = poll_interval
+
+    def _run(self, argv: Sequence[str], timeout: float = 120.0) -> str:
+        try:
+            return self.runner.run(argv, timeout=timeout).stdout
+        except CommandError as exc:
+            raise classify_error(exc) from exc
+
+    def available(self) -> bool:
+        try:
+            result = self.runner.run(["zpool", "list", "-H", "-o", "name"], check=False,
+                                     timeout=30)
+        except ZdsError:
+            return False
+        return result.ok
+
+    def list_pools(self) -> list[PoolInfo]:
+        pools = parse_zpool_list(self._run(["zpool", "list", "-H", "-p", "-o",
+                                            ZPOOL_LIST_COLUMNS]))
+        if not pools:
+            return []
+        props = parse_get(self._run(["zpool", "get", "-H", "-p", "-o",
+                                     "name,property,value,source", "all"]))
+        return [replace(p, properties={k: v for k, (v, _s) in props.get(p.name, {}).items()})
+                for p in pools]
+
+    def pool_status(self, pool: str) -> PoolStatus:
+        out = self._run(["zpool", "status", "-p", _arg_name(pool)])
+        for st in parse_zpool_status(out):
+            if st.name == pool:
+                return st
+        raise NotFound(f"cannot open '{pool}': no such pool")
+
+    def create_pool(self, pool: str, layout: PoolLayout, pool_properties: Mapping[str, str],
+                    fs_properties: Mapping[str, str], force: bool = False) -> None:
+        for dev in layout.all_devices():
+            if not _DEVICE.fullmatch(dev):
+                raise InvalidInput(f"device {dev!r} is not an absolute path")
+        argv = ["zpool", "create"]
+        if force:
+            argv.append("-f")
+        argv += _prop_args("-o", pool_properties) + _prop_args("-O", fs_properties)
+        argv += [_arg_name(pool), *vdev_args(layout)]
+        self._run(argv, timeout=300)
+
+    def destroy_pool(self, pool: str) -> None:
+        self._run(["zpool", "destroy", _arg_name(pool)], timeout=300)
+
+    def scrub(self, pool: str) -> None:
+        try:
+            self._run(["zpool", "scrub", _arg_name(pool)])
+        except Conflict as exc:
+            if "currently scrubbing" not in str(exc):
+                raise  # already scrubbing is what was asked for
+
+    def export_pool(self, pool: str) -> None:
+        self._run(["zpool", "export", _arg_name(pool)], timeout=300)
+
+    def _dir_args(self) -> list[str]:
+        args: list[str] = []
+        for d in self.import_dirs:
+            args += ["-d", d]
+        return args
+
+    def import_pool(self, pool: str) -> None:
+        self._run(["zpool", "import", *self._dir_args(), _arg_name(pool)], timeout=300)
+
+    def importable_pools(self) -> list[str]:
+        try:
+            result = self.runner.run(["zpool", "import", *self._dir_args()], check=False,
+                                     timeout=120)
+        except CommandError as exc:  # pragma: no cover - check=False never raises it
+            raise classify_error(exc) from exc
+        if not result.ok and "no pools available" not in result.stderr:
+            raise classify_error(CommandError(result))
+        return parse_zpool_import(result.stdout)
+
+    def set_pool_properties(self, pool: str, properties: Mapping[str, str]) -> None:
+        for arg in _prop_args("", properties):
+            self._run(["zpool", "set", arg, _arg_name(pool)])
+
+    def _get(self, *args: str) -> list[DatasetInfo]:
+        return parse_datasets(self._run(["zfs", "get", "-H", "-p", "-o",
+                                         "name,property,value,source", *args]))
+
+    def list_datasets(self, root: str) -> list[DatasetInfo]:
+        try:
+            infos = self._get("-r", "-t", "filesystem,volume", "all", _arg_name(root))
+        except NotFound:
+            return []
+        return sorted(infos, key=lambda i: i.name)
+
+    def get_dataset(self, name: str) -> DatasetInfo | None:
+        try:
+            infos = self._get("all", _arg_name(name))
+        except NotFound:
+            return None
+        return infos[0] if infos else None
+
+    def _create(self, name: str, argv: list[str]) -> None:
+        try:
+            self._run(argv)
+        except NotFound as exc:
+            if "parent does not exist" not in str(exc) or "/" not in name:
+                raise
+            self._run(["zfs", "create", "-p", name.rsplit("/", 1)[0]])
+            self._run(argv)
+
+    def create_filesystem(self, name: str, properties: Mapping[str, str]) -> None:
+        self._create(name, ["zfs", "create", *_prop_args("-o", properties), _arg_name(name)])
+
+    def create_volume(self, name: str, size: int, sparse: bool,
+                      properties: Mapping[str, str]) -> None:
+        argv = ["zfs", "create"]
+        if sparse:
+            argv.append("-s")
+        argv += ["-V", str(int(size)), *_prop_args("-o", properties), _arg_name(name)]
+        self._create(name, argv)
+
+    def set_properties(self, name: str, properties: Mapping[str, str]) -> None:
+        if properties:
+            self._run(["zfs", "set", *_prop_args("", properties), _arg_name(name)])
+
+    def destroy(self, name: str, recursive: bool = False) -> None:
+        argv = ["zfs", "destroy"]
+        if recursive and "@" not in name:
+            argv.append("-r")
+        self._run([*argv, _arg_name(name)], timeout=600)
+
+    def snapshot(self, dataset: str, snapname: str,
+                 properties: Mapping[str, str] | None = None) -> None:
+        self._run(["zfs", "snapshot", *_prop_args("-o", properties or {}),
+                   _arg_name(f"{dataset}@{snapname}")])
+
+    def list_snapshots(self, dataset: str) -> list[DatasetInfo]:
+        infos = self._get("-r", "-d", "1", "-t", "snapshot", "all", _arg_name(dataset))
+        own = [i for i in infos if i.name.split("@", 1)[0] == dataset]
+        return sorted(own, key=lambda i: (i.int_prop("createtxg"), i.name))
+
+    def rollback(self, snapshot: str, destroy_newer: bool = False) -> None:
+        argv = ["zfs", "rollback"]
+        if destroy_newer:
+            argv.append("-r")
+        self._run([*argv, _arg_name(snapshot)])
+
+    def clone(self, snapshot: str, target: str, properties: Mapping[str, str]) -> None:
+        self._run(["zfs", "clone", *_prop_args("-o", properties), _arg_name(snapshot),
+                   _arg_name(target)])
+
+    def zvol_device(self, name: str) -> str:
+        return f"/dev/zvol/{name}"
+
+    def wait_for_device(self, name: str, timeout: float = 30.0) -> str:
+        info = self.get_dataset(name)
+        if info is None:
+            raise NotFound(f"cannot open '{name}': dataset does not exist")
+        if info.type != "volume":
+            raise InvalidInput(f"'{name}' is not a volume")
+        path = self.zvol_device(name)
+        deadline = time.monotonic() + timeout
+        settled = False
+        while not os.path.exists(path):
+            if time.monotonic() >= deadline:
+                raise Unavailable(f"{path} did not appear within {timeout:.0f} s (udev)")
+            if not settled and time.monotonic() + timeout / 2 >= deadline:
+                self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
+                                timeout=15)
+                settled = True
+            time.sleep(self.poll_interval)
+        return path

@@ -1,0 +1,250 @@
+"""The real ZFS adapter against a RecordingRunner: command lines and error mapping."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.errors import (
+    Conflict,
+    HostCommandFailed,
+    InsufficientSpace,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    ZdsError,
+)
+from appliance.host.run import CommandError, CommandResult, RecordingRunner
+from appliance.host.zfs import (
+    ZPOOL_STATUS_SAMPLE,
+    PoolLayout,
+    VdevSpec,
+    Zfs,
+    classify_error,
+)
+
+
+def make() -> tuple[Zfs, RecordingRunner]:
+    runner = RecordingRunner()
+    return Zfs(runner, import_dirs=("/var/tmp/zds",)), runner
+
+
+def classify(stderr: str) -> ZdsError:
+    return classify_error(CommandError(CommandResult(("zfs", "x"), 1, "", stderr)))
+
+
+@pytest.mark.parametrize(("stderr", "expected"), [
+    ("cannot open 'tank/nope': dataset does not exist", NotFound),
+    ("cannot create 'tank/a/b': parent does not exist", NotFound),
+    ("cannot open 'nopool': no such pool", NotFound),
+    ("cannot create 'nopool/x': no such pool 'nopool'", NotFound),
+    ("cannot import 'nopool': no such pool available", NotFound),
+    ("cannot open '/dev/disk/by-id/virtio-nope': No such device or address", NotFound),
+    ("cannot resolve path '/var/tmp/nope.img'", NotFound),
+    ("cannot create 'tank/fs': dataset already exists", Conflict),
+    ("cannot create 'tank': pool already exists", Conflict),
+    ("cannot import 'tank': a pool with that name already exists", Conflict),
+    ("invalid vdev specification\nuse '-f' to override the following errors:\n"
+     "/dev/sdb is part of active pool 'tank'", Conflict),
+    ("invalid vdev specification\nuse '-f' to override the following errors:\n"
+     "/dev/sdc1 is in use and contains a unknown filesystem.", Conflict),
+    ("invalid vdev specification\nuse '-f' to override the following errors:\n"
+     "mirror contains devices of different sizes", InvalidInput),
+    ("cannot destroy 'tank/v': dataset is busy", Conflict),
+    ("cannot destroy 'tank/fs': filesystem has children\n"
+     "use '-r' to destroy the following datasets:\ntank/fs/a", Conflict),
+    ("cannot destroy 'tank/fs@s': snapshot has dependent clones\n"
+     "use '-R' to destroy the following datasets:\ntank/clone", Conflict),
+    ("cannot rollback to 'tank/fs@s1': more recent snapshots or bookmarks exist\n"
+     "use '-r' to force deletion of the following snapshots and bookmarks:\ntank/fs@s2",
+     Conflict),
+    ("cannot rollback to 'tank/fs@s1': clones of previous snapshots exist\n"
+     "use '-R' to force deletion of the following clones and dependents:\ntank/c",
+     Conflict),
+    ("cannot set property for 'tank/fs': size is less than current used or reserved space",
+     Conflict),
+    ("cannot create 'tank/v': out of space", InsufficientSpace),
+    ("cannot set property for 'tank/v': size is greater than available space",
+     InsufficientSpace),
+    ("cannot set property for 'tank/v': 'volblocksize' is readonly", InvalidInput),
+    ("cannot create 'tank/fs': invalid property 'nosuch'", InvalidInput),
+    ("cannot create 'tank/fs': 'sync' must be one of 'standard | always | disabled'",
+     InvalidInput),
+    ("cannot create 'tank/v': volume size must be a multiple of volume block size",
+     InvalidInput),
+    ("cannot create 'tank/v': 'recordsize' does not apply to datasets of this type",
+     InvalidInput),
+    ("The ZFS modules are not loaded.\nTry running 'modprobe zfs' as root to load them.",
+     Unavailable),
+])
+def test_classify(stderr: str, expected: type[ZdsError]) -> None:
+    err = classify(stderr)
+    assert type(err) is expected
+    assert err.message and "\n" not in err.message
+
+
+def test_unclassified_stays_host_command_failed() -> None:
+    err = classify("internal error: something odd")
+    assert isinstance(err, HostCommandFailed)
+
+
+def test_create_pool_command_line() -> None:
+    zfs, runner = make()
+    layout = PoolLayout(data=(VdevSpec("mirror", ("/dev/sdb", "/dev/sdc")),
+                              VdevSpec("mirror", ("/dev/sdd", "/dev/sde"))),
+                        log=(VdevSpec("disk", ("/dev/nvme0n1",)),),
+                        cache=("/dev/nvme1n1",), spares=("/dev/sdf",))
+    zfs.create_pool("tank", layout, {"ashift": "12"}, {"compression": "lz4"}, force=True)
+    assert runner.calls == [(
+        "zpool", "create", "-f", "-o", "ashift=12", "-O", "compression=lz4", "tank",
+        "mirror", "/dev/sdb", "/dev/sdc", "mirror", "/dev/sdd", "/dev/sde",
+        "log", "/dev/nvme0n1", "cache", "/dev/nvme1n1", "spare", "/dev/sdf")]
+
+
+@pytest.mark.parametrize("hostile", ["-f", "tank; rm -rf /", "tank\nx", "$(id)", "a\tb", ""])
+def test_hostile_names_never_reach_a_command(hostile: str) -> None:
+    zfs, runner = make()
+    with pytest.raises(InvalidInput):
+        zfs.create_filesystem(hostile, {})
+    with pytest.raises(InvalidInput):
+        zfs.destroy(hostile)
+    assert runner.calls == []
+
+
+def test_hostile_property_rejected() -> None:
+    zfs, runner = make()
+    with pytest.raises(InvalidInput):
+        zfs.set_properties("tank/a", {"-o x": "1"})
+    with pytest.raises(InvalidInput):
+        zfs.set_properties("tank/a", {"zds:x": "a\nb"})
+    with pytest.raises(InvalidInput):
+        zfs.create_pool("tank", PoolLayout(data=(VdevSpec("disk", ("-f",)),)), {}, {})
+    assert runner.calls == []
+
+
+def test_create_volume_thick_and_sparse() -> None:
+    zfs, runner = make()
+    zfs.create_volume("tank/zds/v1", 1 << 30, sparse=False, properties={"volblocksize": "16384"})
+    zfs.create_volume("tank/zds/v2", 1 << 30, sparse=True, properties={})
+    assert runner.calls == [
+        ("zfs", "create", "-V", "1073741824", "-o", "volblocksize=16384", "tank/zds/v1"),
+        ("zfs", "create", "-s", "-V", "1073741824", "tank/zds/v2"),
+    ]
+
+
+def test_create_makes_missing_parents_then_retries() -> None:
+    zfs, runner = make()
+    state = {"n": 0}
+
+    def responder(argv: tuple[str, ...], _input: str | None) -> CommandResult | None:
+        if argv[-1] == "tank/a/b" and state["n"] == 0:
+            state["n"] += 1
+            return CommandResult(argv, 1, "", "cannot create 'tank/a/b': parent does not exist")
+        return None
+
+    runner.responders.append(responder)
+    zfs.create_filesystem("tank/a/b", {"compression": "lz4"})
+    assert runner.calls == [
+        ("zfs", "create", "-o", "compression=lz4", "tank/a/b"),
+        ("zfs", "create", "-p", "tank/a"),
+        ("zfs", "create", "-o", "compression=lz4", "tank/a/b"),
+    ]
+
+
+def test_existing_dataset_is_conflict() -> None:
+    zfs, runner = make()
+    runner.on(["zfs", "create"], returncode=1,
+              stderr="cannot create 'tank/a': dataset already exists")
+    with pytest.raises(Conflict):
+        zfs.create_filesystem("tank/a", {})
+
+
+def test_get_dataset_missing_is_none_and_list_is_empty() -> None:
+    zfs, runner = make()
+    runner.on(["zfs", "get"], returncode=1,
+              stderr="cannot open 'tank/nope': dataset does not exist")
+    assert zfs.get_dataset("tank/nope") is None
+    assert zfs.list_datasets("tank/nope") == []
+    with pytest.raises(NotFound):
+        zfs.list_snapshots("tank/nope")
+
+
+def test_list_snapshots_sorted_by_createtxg_and_only_own() -> None:
+    zfs, runner = make()
+    runner.on(["zfs", "get"], stdout=(
+        "tank/a@late\ttype\tsnapshot\t-\ntank/a@late\tcreatetxg\t200\t-\n"
+        "tank/a@early\ttype\tsnapshot\t-\ntank/a@early\tcreatetxg\t100\t-\n"
+        "tank/a@early\tzds:note\tfirst\tlocal\n"))
+    snaps = zfs.list_snapshots("tank/a")
+    assert [s.name for s in snaps] == ["tank/a@early", "tank/a@late"]
+    assert snaps[0].prop("zds:note") == "first"
+    assert runner.calls[-1] == ("zfs", "get", "-H", "-p", "-o", "name,property,value,source",
+                                "-r", "-d", "1", "-t", "snapshot", "all", "tank/a")
+
+
+def test_list_pools_merges_properties() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "list"], stdout="tank\tONLINE\t1000\t100\t900\t1\t10\n")
+    runner.on(["zpool", "get"], stdout="tank\tzds:demo\ttrue\tlocal\ntank\tashift\t12\tlocal\n")
+    (pool,) = zfs.list_pools()
+    assert pool.name == "tank" and pool.capacity == 10
+    assert pool.properties == {"zds:demo": "true", "ashift": "12"}
+
+
+def test_pool_status_and_missing_pool() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "status"], stdout=ZPOOL_STATUS_SAMPLE)
+    assert zfs.pool_status("tank").config.children[0].name == "mirror-0"
+    runner.on(["zpool", "status"], returncode=1, stderr="cannot open 'nope': no such pool")
+    with pytest.raises(NotFound):
+        zfs.pool_status("nope")
+
+
+def test_import_uses_search_dirs_and_empty_listing() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "import"], returncode=1, stderr="no pools available to import")
+    assert zfs.importable_pools() == []
+    assert runner.calls[-1] == ("zpool", "import", "-d", "/var/tmp/zds")
+
+
+def test_scrub_already_running_is_fine() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "scrub"], returncode=1, stderr=(
+        "cannot scrub tank: currently scrubbing; use 'zpool scrub -s' to cancel current "
+        "scrub"))
+    zfs.scrub("tank")
+
+
+def test_destroy_and_rollback_flags() -> None:
+    zfs, runner = make()
+    zfs.destroy("tank/a", recursive=True)
+    zfs.destroy("tank/a@s1", recursive=True)
+    zfs.rollback("tank/a@s1", destroy_newer=True)
+    zfs.clone("tank/a@s1", "tank/b", {"zds:kind": "clone"})
+    zfs.snapshot("tank/a", "s2", {"zds:note": "x y"})
+    zfs.set_pool_properties("tank", {"autotrim": "on", "zds:demo": "true"})
+    assert runner.calls == [
+        ("zfs", "destroy", "-r", "tank/a"),
+        ("zfs", "destroy", "tank/a@s1"),
+        ("zfs", "rollback", "-r", "tank/a@s1"),
+        ("zfs", "clone", "-o", "zds:kind=clone", "tank/a@s1", "tank/b"),
+        ("zfs", "snapshot", "-o", "zds:note=x y", "tank/a@s2"),
+        ("zpool", "set", "autotrim=on", "tank"),
+        ("zpool", "set", "zds:demo=true", "tank"),
+    ]
+
+
+def test_available_false_when_tools_fail() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "list"], returncode=1, stderr="The ZFS modules are not loaded.")
+    assert zfs.available() is False
+
+
+def test_wait_for_device_not_a_volume_and_timeout() -> None:
+    zfs, runner = make()
+    runner.on(["zfs", "get"], stdout="tank/fs\ttype\tfilesystem\t-\n")
+    with pytest.raises(InvalidInput):
+        zfs.wait_for_device("tank/fs")
+    runner.on(["zfs", "get"], stdout="tank/zds-never\ttype\tvolume\t-\n")
+    with pytest.raises(Unavailable):
+        zfs.wait_for_device("tank/zds-never", timeout=0.3)
+    assert ("udevadm", "settle", "--timeout=10") in runner.calls
