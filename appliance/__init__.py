@@ -1,0 +1,3 @@
+"""ZDS engine: desired state for ZFS datastores, reconciled into ganesha and LIO."""
+
+__version__ = "0.1.0"

@@ -39,9 +39,9 @@ class Conflict(ZdsError):
 
 
 class InsufficientSpace(ZdsError):
-    """The pool cannot hold what was asked for."""
+    """The pool cannot hold what was asked for (409: the request conflicts with free space)."""
 
-    status = 507
+    status = 409
     code = "insufficient_space"
 
 

@@ -1,0 +1,97 @@
+"""Engine views -> response schemas, and request schemas -> engine requests."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from api import schemas as s
+from appliance.attach import AttachInstructions
+from appliance.host.zfs import VdevNode
+from appliance.jobs import Job
+from appliance.services.datastores import ChapRequest, DatastoreRequest, DatastoreView
+from appliance.services.groups import GroupView
+from appliance.services.pools import PoolRequest, PoolView, VdevRequest
+from appliance.services.snapshots import SnapshotView
+
+
+def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
+    nfs = body.nfs or s.NfsAccessBody()
+    iscsi = body.iscsi or s.IscsiAccessBody()
+    o = body.overrides or s.OverridesBody()
+    chap = (ChapRequest(iscsi.chap.user, iscsi.chap.secret, iscsi.chap.mutual_user,
+                        iscsi.chap.mutual_secret) if iscsi.chap else None)
+    return DatastoreRequest(
+        protocol=body.protocol, size=body.size, pool=body.pool, thin=body.thin,
+        profile=body.profile,
+        nfs_clients=[c.model_dump() for c in nfs.clients],
+        initiators=list(iscsi.initiators), initiator_groups=list(iscsi.initiator_groups),
+        chap=chap, sync=o.sync, compression=o.compression, recordsize=o.recordsize,
+        volblocksize=o.volblocksize,
+    )
+
+
+def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) -> s.DatastoreOut:
+    rec, spec = v.record, v.record.spec
+    nfs = iscsi = None
+    if spec.is_nfs and rec.export_id is not None:
+        nfs = s.NfsInfo(export_id=rec.export_id, path=v.path,
+                        clients=[s.NfsClientBody(match=c.match, access=c.access)
+                                 for c in spec.nfs_clients])
+    elif rec.iqn and rec.serial:
+        chap = spec.iscsi.chap
+        iscsi = s.IscsiInfo(iqn=rec.iqn, serial=rec.serial, wwn=v.wwn or "",
+                            initiators=list(spec.iscsi.initiators),
+                            initiator_groups=list(spec.iscsi.initiator_groups),
+                            chap_user=chap.user if chap else None,
+                            mutual_chap_user=chap.mutual_user if chap else None)
+    return s.DatastoreOut(
+        name=rec.name, pool=spec.pool, protocol=spec.protocol, profile=spec.profile,
+        size=spec.size, thin=spec.thin, state=rec.state, error=rec.error, dataset=v.dataset,
+        origin=rec.origin, online=v.online, serving=v.serving, connected_clients=v.clients,
+        snapshots=v.snapshots,
+        usage=s.UsageBody(used=v.used, available=v.available, referenced=v.referenced,
+                          compressratio=v.compressratio),
+        properties=v.properties, nfs=nfs, iscsi=iscsi,
+        attach=s.AttachBody(**asdict(attach)) if attach else None,
+    )
+
+
+def snapshot_out(v: SnapshotView) -> s.SnapshotOut:
+    return s.SnapshotOut(**asdict(v))
+
+
+def group_out(v: GroupView) -> s.GroupOut:
+    return s.GroupOut(name=v.group.name, initiators=list(v.group.initiators), used_by=v.used_by)
+
+
+def job_out(j: Job) -> s.JobOut:
+    return s.JobOut(**asdict(j))
+
+
+def _vdev(n: VdevNode) -> s.VdevOut:
+    return s.VdevOut(name=n.name, state=n.state, read_errors=n.read_errors,
+                     write_errors=n.write_errors, checksum_errors=n.checksum_errors,
+                     children=[_vdev(c) for c in n.children])
+
+
+def pool_out(v: PoolView) -> s.PoolOut:
+    i = v.info
+    out = s.PoolOut(name=i.name, health=i.health, size=i.size, allocated=i.allocated,
+                    free=i.free, fragmentation=i.fragmentation, capacity=i.capacity,
+                    demo=v.demo, datastores=v.datastores)
+    if v.status is not None:
+        out.status, out.action = v.status.status, v.status.action
+        out.scan, out.errors = v.status.scan, v.status.errors
+        out.vdevs = _vdev(v.status.config)
+    return out
+
+
+def pool_request(body: s.PoolCreate) -> PoolRequest:
+    return PoolRequest(
+        name=body.name,
+        vdevs=[VdevRequest(v.type, list(v.disks)) for v in body.vdevs],
+        log=[VdevRequest(v.type, list(v.disks)) for v in body.log],
+        cache=list(body.cache), spares=list(body.spares),
+        sparse_files=body.sparse_files.model_dump() if body.sparse_files else None,
+        force=body.force,
+    )

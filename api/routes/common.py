@@ -1,0 +1,29 @@
+"""Shared pieces of the routes: error responses, the ``wait`` parameter of job replies."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Query
+
+from api import convert, schemas
+from appliance.engine import Engine
+from appliance.jobs import Job
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": schemas.ErrorResponse, "description": text}
+    for code, text in [
+        (401, "missing or invalid token"), (403, "readonly token"),
+        (404, "not found"), (409, "conflict: in use, name clash, no space"),
+        (422, "invalid input"), (503, "ZFS, LIO or ganesha unavailable"),
+    ]
+}
+
+WaitQuery = Annotated[float, Query(ge=0, le=600,
+                                   description="seconds to wait for the job to finish")]
+
+
+def job_response(engine: Engine, job: Job, wait: float) -> schemas.JobOut:
+    if wait > 0:
+        job = engine.jobs.wait(job.id, wait)
+    return convert.job_out(job)

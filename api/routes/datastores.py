@@ -1,0 +1,101 @@
+"""/api/v1/datastores: the main resource, its snapshots and clones."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response, status
+
+from api import convert, schemas
+from api.deps import EngineDep, PrincipalDep, server_address
+from api.routes.common import ERRORS, WaitQuery, job_response
+
+router = APIRouter(prefix="/datastores", tags=["datastores"], responses=ERRORS)
+
+
+@router.get("", response_model=list[schemas.DatastoreOut])
+def list_datastores(engine: EngineDep, _: PrincipalDep) -> list[schemas.DatastoreOut]:
+    return [convert.datastore_out(v) for v in engine.datastores.list()]
+
+
+@router.get("/{name}", response_model=schemas.DatastoreOut)
+def get_datastore(name: str, request: Request, engine: EngineDep,
+                  _: PrincipalDep) -> schemas.DatastoreOut:
+    view = engine.datastores.get(name)
+    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request)))
+
+
+@router.put("/{name}", response_model=schemas.DatastoreOut,
+            responses={201: {"model": schemas.DatastoreOut, "description": "created"}})
+def put_datastore(name: str, body: schemas.DatastorePut, request: Request, response: Response,
+                  engine: EngineDep, _: PrincipalDep) -> schemas.DatastoreOut:
+    """Creates the dataset/zvol, the export or LUN, and returns attach instructions.
+    Idempotent: the same body again changes nothing (200)."""
+    view, created = engine.datastores.put(name, convert.datastore_request(body))
+    response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
+    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request)))
+
+
+@router.delete("/{name}", status_code=202, response_model=schemas.JobOut)
+def delete_datastore(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+                     force: bool = False) -> schemas.JobOut:
+    """Refused (409) while NFS clients or iSCSI initiators are connected, unless force."""
+    return job_response(engine, engine.datastores.delete(name, force=force), wait)
+
+
+@router.get("/{name}/attach", response_model=schemas.AttachBody)
+def attach(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
+           server: str | None = None) -> schemas.AttachBody:
+    """esxcli commands and a libvirt pool XML; ``server`` overrides the address in them."""
+    from dataclasses import asdict
+
+    from appliance import validate
+
+    address = validate.nfs_client(server) if server else server_address(request)
+    return schemas.AttachBody(**asdict(engine.datastores.attach(name, address)))
+
+
+@router.get("/{name}/snapshots", response_model=list[schemas.SnapshotOut], tags=["snapshots"])
+def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep) -> list[schemas.SnapshotOut]:
+    return [convert.snapshot_out(v) for v in engine.snapshots.list(name)]
+
+
+@router.post("/{name}/snapshots", status_code=201, response_model=schemas.SnapshotOut,
+             tags=["snapshots"])
+def create_snapshot(name: str, body: schemas.SnapshotCreate, engine: EngineDep,
+                    _: PrincipalDep) -> schemas.SnapshotOut:
+    return convert.snapshot_out(engine.snapshots.create(name, body.name))
+
+
+@router.get("/{name}/snapshots/{snapshot}", response_model=schemas.SnapshotOut,
+            tags=["snapshots"])
+def get_snapshot(name: str, snapshot: str, engine: EngineDep,
+                 _: PrincipalDep) -> schemas.SnapshotOut:
+    return convert.snapshot_out(engine.snapshots.get(name, snapshot))
+
+
+@router.delete("/{name}/snapshots/{snapshot}", status_code=204, tags=["snapshots"])
+def delete_snapshot(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep) -> Response:
+    engine.snapshots.delete(name, snapshot)
+    return Response(status_code=204)
+
+
+@router.post("/{name}/snapshots/{snapshot}/rollback", response_model=schemas.SnapshotOut,
+             tags=["snapshots"])
+def rollback(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep,
+             body: schemas.RollbackBody | None = None) -> schemas.SnapshotOut:
+    b = body or schemas.RollbackBody()
+    return convert.snapshot_out(engine.snapshots.rollback(
+        name, snapshot, destroy_newer=b.destroy_newer, force=b.force))
+
+
+@router.post("/{name}/snapshots/{snapshot}/clones", status_code=201,
+             response_model=schemas.DatastoreOut, tags=["snapshots"])
+def clone(name: str, snapshot: str, body: schemas.CloneBody, request: Request,
+          engine: EngineDep, _: PrincipalDep) -> schemas.DatastoreOut:
+    """A new datastore from a snapshot (own export id / IQN / serial)."""
+    src = engine.datastores.record(name).spec
+    put = schemas.DatastorePut(protocol=src.protocol, size=src.size, pool=src.pool,
+                               thin=True, profile=body.profile or src.profile,
+                               nfs=body.nfs, iscsi=body.iscsi)
+    view = engine.snapshots.clone(name, snapshot, body.name, convert.datastore_request(put))
+    return convert.datastore_out(view, engine.datastores.attach(body.name,
+                                                                 server_address(request)))

@@ -1,0 +1,52 @@
+"""/api/v1/pools: list, inspect, create, scrub, export, import."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from api import convert, schemas
+from api.deps import EngineDep, PrincipalDep
+from api.routes.common import ERRORS, WaitQuery, job_response
+
+router = APIRouter(prefix="/pools", tags=["pools"], responses=ERRORS)
+
+
+@router.get("", response_model=list[schemas.PoolOut])
+def list_pools(engine: EngineDep, _: PrincipalDep) -> list[schemas.PoolOut]:
+    return [convert.pool_out(v) for v in engine.pools.list()]
+
+
+@router.get("/importable", response_model=list[str])
+def importable(engine: EngineDep, _: PrincipalDep) -> list[str]:
+    return engine.pools.importable()
+
+
+@router.get("/{name}", response_model=schemas.PoolOut)
+def get_pool(name: str, engine: EngineDep, _: PrincipalDep) -> schemas.PoolOut:
+    """Health, space, fragmentation, the vdev tree with error counters, last scan."""
+    return convert.pool_out(engine.pools.get(name))
+
+
+@router.post("", status_code=202, response_model=schemas.JobOut)
+def create_pool(body: schemas.PoolCreate, engine: EngineDep, _: PrincipalDep,
+                wait: WaitQuery = 0) -> schemas.JobOut:
+    return job_response(engine, engine.pools.create(convert.pool_request(body)), wait)
+
+
+@router.post("/{name}/scrub", status_code=202, response_model=schemas.JobOut)
+def scrub(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0) -> schemas.JobOut:
+    return job_response(engine, engine.pools.scrub(name), wait)
+
+
+@router.post("/{name}/export", status_code=202, response_model=schemas.JobOut)
+def export(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+           force: bool = False) -> schemas.JobOut:
+    """Stops serving the pool's datastores (needs force when it has any) and exports it."""
+    return job_response(engine, engine.pools.export(name, force=force), wait)
+
+
+@router.post("/{name}/import", status_code=202, response_model=schemas.JobOut)
+def import_pool(name: str, engine: EngineDep, _: PrincipalDep,
+                wait: WaitQuery = 0) -> schemas.JobOut:
+    """Imports the pool, adopts the datastores its zds:* properties describe, serves them."""
+    return job_response(engine, engine.pools.import_(name), wait)

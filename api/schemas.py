@@ -1,0 +1,273 @@
+"""Request and response bodies of the REST API (pydantic), with examples for OpenAPI."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ErrorBody(BaseModel):
+    code: str = Field(examples=["conflict"])
+    message: str = Field(examples=["datastore vmfs01 has initiators logged in: iqn..."])
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorBody
+
+
+# --- datastores ---------------------------------------------------------------------
+
+class NfsClientBody(Strict):
+    match: str = Field(description="IP, CIDR network, hostname or *",
+                       examples=["192.0.2.0/24"])
+    access: Literal["rw", "ro"] = "rw"
+
+
+class NfsAccessBody(Strict):
+    clients: list[NfsClientBody] = Field(default_factory=list)
+
+
+class ChapBody(Strict):
+    user: str = Field(examples=["esxi-cluster"])
+    secret: str = Field(description="12-255 printable characters (ESXi: 12-16)",
+                        examples=["s3cret-s3cret"])
+    mutual_user: str | None = None
+    mutual_secret: str | None = None
+
+
+class IscsiAccessBody(Strict):
+    initiators: list[str] = Field(default_factory=list,
+                                  examples=[["iqn.1998-01.com.vmware:esxi01-4f2a"]])
+    initiator_groups: list[str] = Field(default_factory=list, examples=[["esxi-cluster"]])
+    chap: ChapBody | None = None
+
+
+class OverridesBody(Strict):
+    sync: Literal["standard", "always", "disabled"] | None = None
+    compression: str | None = Field(default=None, examples=["zstd"])
+    recordsize: int | str | None = Field(default=None, description="NFS only", examples=["128K"])
+    volblocksize: int | str | None = Field(default=None, description="iSCSI only, fixed at "
+                                           "creation", examples=["16K"])
+
+
+class DatastorePut(Strict):
+    """Create or update (idempotent). Only growing, access and overrides may change."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"protocol": "nfs3", "size": "500G", "profile": "vmware",
+         "nfs": {"clients": [{"match": "192.0.2.0/24", "access": "rw"}]}},
+        {"protocol": "iscsi", "size": "1T", "thin": True, "profile": "vmware",
+         "iscsi": {"initiators": ["iqn.1998-01.com.vmware:esxi01-4f2a"]}},
+    ]})
+
+    protocol: Literal["nfs3", "nfs41", "iscsi"]
+    size: int | str = Field(description="bytes, or 100G / 1.5T (binary units)")
+    pool: str | None = Field(default=None, description="default: the only or default pool")
+    thin: bool = True
+    profile: Literal["vmware", "kvm"] = "vmware"
+    nfs: NfsAccessBody | None = None
+    iscsi: IscsiAccessBody | None = None
+    overrides: OverridesBody | None = None
+
+
+class CloneBody(Strict):
+    name: str = Field(examples=["vmfs01-test"])
+    nfs: NfsAccessBody | None = None
+    iscsi: IscsiAccessBody | None = None
+    profile: Literal["vmware", "kvm"] | None = None
+
+
+class UsageBody(BaseModel):
+    used: int
+    available: int
+    referenced: int
+    compressratio: float
+
+
+class NfsInfo(BaseModel):
+    export_id: int
+    path: str | None
+    clients: list[NfsClientBody]
+
+
+class IscsiInfo(BaseModel):
+    iqn: str
+    serial: str
+    wwn: str
+    lun: int = 0
+    initiators: list[str]
+    initiator_groups: list[str]
+    chap_user: str | None
+    mutual_chap_user: str | None
+
+
+class AttachBody(BaseModel):
+    esxi: list[str]
+    libvirt_pool_xml: str
+    virsh: list[str]
+    notes: list[str]
+
+
+class DatastoreOut(BaseModel):
+    name: str
+    pool: str
+    protocol: str
+    profile: str
+    size: int
+    thin: bool
+    state: str
+    error: str | None
+    dataset: str
+    origin: str | None
+    online: bool
+    serving: bool
+    connected_clients: list[str]
+    snapshots: int
+    usage: UsageBody
+    properties: dict[str, str]
+    nfs: NfsInfo | None
+    iscsi: IscsiInfo | None
+    attach: AttachBody | None = None
+
+
+# --- snapshots ----------------------------------------------------------------------
+
+class SnapshotCreate(Strict):
+    name: str = Field(examples=["before-upgrade"])
+
+
+class RollbackBody(Strict):
+    destroy_newer: bool = False
+    force: bool = Field(default=False, description="roll back under logged-in initiators")
+
+
+class SnapshotOut(BaseModel):
+    datastore: str
+    name: str
+    full_name: str
+    created: int
+    used: int
+    referenced: int
+    clones: list[str]
+
+
+# --- initiator groups ---------------------------------------------------------------
+
+class GroupPut(Strict):
+    initiators: list[str] = Field(examples=[["iqn.1998-01.com.vmware:esxi01-4f2a",
+                                             "iqn.1998-01.com.vmware:esxi02-77c1"]])
+
+
+class GroupOut(BaseModel):
+    name: str
+    initiators: list[str]
+    used_by: list[str]
+
+
+# --- pools --------------------------------------------------------------------------
+
+class VdevBody(Strict):
+    type: Literal["disk", "mirror", "raidz", "raidz1", "raidz2", "raidz3"]
+    disks: list[str] = Field(examples=[["/dev/disk/by-id/virtio-zdsdata0",
+                                        "/dev/disk/by-id/virtio-zdsdata1"]])
+
+
+class SparseFilesBody(Strict):
+    count: int = 2
+    size: int | str = "8G"
+    type: Literal["disk", "mirror", "raidz1", "raidz2", "raidz3"] = "mirror"
+
+
+class PoolCreate(Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"name": "tank", "vdevs": [{"type": "mirror", "disks": [
+            "/dev/disk/by-id/virtio-zdsdata0", "/dev/disk/by-id/virtio-zdsdata1"]}],
+         "log": [{"type": "disk", "disks": ["/dev/disk/by-id/nvme-slog0"]}]},
+        {"name": "demo", "sparse_files": {"count": 2, "size": "8G", "type": "mirror"}},
+    ]})
+
+    name: str
+    vdevs: list[VdevBody] = Field(default_factory=list)
+    log: list[VdevBody] = Field(default_factory=list, description="SLOG")
+    cache: list[str] = Field(default_factory=list, description="L2ARC devices")
+    spares: list[str] = Field(default_factory=list)
+    sparse_files: SparseFilesBody | None = None
+    force: bool = Field(default=False, description="zpool create -f (disks with old labels)")
+
+
+class VdevOut(BaseModel):
+    name: str
+    state: str
+    read_errors: int
+    write_errors: int
+    checksum_errors: int
+    children: list[VdevOut]
+
+
+class PoolOut(BaseModel):
+    name: str
+    health: str
+    size: int
+    allocated: int
+    free: int
+    fragmentation: int | None
+    capacity: int
+    demo: bool
+    datastores: list[str]
+    status: str | None = None
+    action: str | None = None
+    scan: str | None = None
+    errors: str | None = None
+    vdevs: VdevOut | None = None
+
+
+# --- jobs ---------------------------------------------------------------------------
+
+class JobOut(BaseModel):
+    id: str
+    kind: str
+    target: str | None
+    state: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    progress: float
+    message: str
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    created: float
+    started: float | None
+    finished: float | None
+
+
+# --- system -------------------------------------------------------------------------
+
+class ComponentOut(BaseModel):
+    ok: bool
+    detail: str
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok", "degraded", "down"]
+    components: dict[str, ComponentOut]
+    in_sync: bool
+    drift: int = Field(description="number of drift items; -1 when a component is down")
+
+
+class DriftItemOut(BaseModel):
+    kind: str
+    subject: str
+    reason: str
+
+
+class DriftOut(BaseModel):
+    in_sync: bool
+    items: list[DriftItemOut]
+
+
+class ReconcileOut(BaseModel):
+    applied: list[str]
+    errors: list[str]

@@ -1,0 +1,133 @@
+"""Attach instructions: the exact ``esxcli`` commands for ESXi and a libvirt storage-pool
+XML (plus virsh commands) for KVM, for one datastore. Pure text rendering; every value
+in it was validated on the way in and is XML-escaped here anyway.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from xml.sax.saxutils import escape, quoteattr
+
+from appliance.model import DatastoreRecord
+
+
+@dataclass(frozen=True)
+class AttachInstructions:
+    esxi: list[str]
+    libvirt_pool_xml: str
+    virsh: list[str]
+    notes: list[str]
+
+
+def _q(value: str) -> str:
+    return shlex.quote(value)
+
+
+def nfs_instructions(rec: DatastoreRecord, server: str, path: str,
+                     nfs_port: int = 2049) -> AttachInstructions:
+    name = rec.name
+    if rec.spec.protocol == "nfs3":
+        esxi = [
+            f"esxcli storage nfs add --host={_q(server)} --share={_q(path)} "
+            f"--volume-name={_q(name)}",
+            "esxcli storage nfs list",
+        ]
+        fmt, opts = "nfs", "nfsvers=3,tcp"
+    else:
+        esxi = [
+            f"esxcli storage nfs41 add --hosts={_q(server)} --share={_q(path)} "
+            f"--volume-name={_q(name)} --sec=AUTH_SYS",
+            "esxcli storage nfs41 list",
+        ]
+        fmt, opts = "nfs", "nfsvers=4.1,tcp"
+    xml = (
+        "<pool type='netfs'>\n"
+        f"  <name>{escape(name)}</name>\n"
+        "  <source>\n"
+        f"    <host name={quoteattr(server)}/>\n"
+        f"    <dir path={quoteattr(path)}/>\n"
+        f"    <format type='{fmt}'/>\n"
+        "  </source>\n"
+        "  <target>\n"
+        f"    <path>/var/lib/libvirt/images/{escape(name)}</path>\n"
+        "  </target>\n"
+        "</pool>\n"
+    )
+    notes = [f"mount options libvirt should use: {opts} (set in /etc/nfsmount.conf or "
+             f"<source><mount_opts>) ; NFS port {nfs_port}"]
+    if not rec.spec.nfs_clients:
+        notes.append("no NFS clients are allowed yet: add them with PUT (nfs.clients)")
+    return AttachInstructions(esxi, xml, _virsh(name), notes)
+
+
+def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
+                       port: int = 3260) -> AttachInstructions:
+    assert rec.iqn is not None
+    name, iqn = rec.name, rec.iqn
+    chap = rec.spec.iscsi.chap
+    adapter = "vmhba64"
+    esxi = [
+        "esxcli iscsi software set --enabled=true",
+        "esxcli iscsi adapter list   # note the software adapter name; vmhba64 below",
+        f"esxcli iscsi adapter discovery statictarget add --adapter={adapter} "
+        f"--address={_q(f'{server}:{port}')} --name={_q(iqn)}",
+    ]
+    if chap is not None:
+        esxi.append(
+            f"esxcli iscsi adapter target portal auth chap set --adapter={adapter} "
+            f"--address={_q(f'{server}:{port}')} --name={_q(iqn)} --direction=uni "
+            f"--level=required --authname={_q(chap.user)} --secret=<CHAP secret>"
+        )
+        if chap.mutual_user:
+            esxi.append(
+                f"esxcli iscsi adapter target portal auth chap set --adapter={adapter} "
+                f"--address={_q(f'{server}:{port}')} --name={_q(iqn)} --direction=mutual "
+                f"--level=required --authname={_q(chap.mutual_user)} "
+                "--secret=<mutual CHAP secret>"
+            )
+    esxi += [
+        f"esxcli storage core adapter rescan --adapter={adapter}",
+        f"esxcli storage core device list -d {wwn}",
+        f"esxcli storage core device vaai status get -d {wwn}   # ATS, Clone, Delete: supported",
+        "# then create the VMFS datastore on that device in the vSphere client "
+        f"(name it {name})",
+    ]
+    auth = ""
+    if chap is not None:
+        auth = (f"    <auth type='chap' username={quoteattr(chap.user)}>\n"
+                f"      <secret usage={quoteattr(name + '-chap')}/>\n"
+                "    </auth>\n")
+    xml = (
+        "<pool type='iscsi-direct'>\n"
+        f"  <name>{escape(name)}</name>\n"
+        "  <source>\n"
+        f"    <host name={quoteattr(server)} port='{port}'/>\n"
+        f"    <device path={quoteattr(iqn)}/>\n"
+        "    <initiator>\n"
+        "      <iqn name='YOUR-HOST-INITIATOR-IQN'/>\n"
+        "    </initiator>\n"
+        f"{auth}"
+        "  </source>\n"
+        "</pool>\n"
+    )
+    notes = [f"LUN 0 of {iqn}, device id {wwn} (stable for the life of the datastore)"]
+    initiators = rec.spec.iscsi.initiators
+    if initiators or rec.spec.iscsi.initiator_groups:
+        notes.append("allowed initiators: "
+                     + ", ".join([*initiators, *(f"group:{g}" for g in
+                                                 rec.spec.iscsi.initiator_groups)]))
+    else:
+        notes.append("no initiator is allowed yet: add IQNs with PUT (iscsi.initiators)")
+    if chap is not None:
+        notes.append(f"libvirt: virsh secret-define a secret with usage '{name}-chap' "
+                     "holding the CHAP secret first")
+    return AttachInstructions(esxi, xml, _virsh(name), notes)
+
+
+def _virsh(name: str) -> list[str]:
+    return [
+        f"virsh pool-define {_q(name + '-pool.xml')}",
+        f"virsh pool-start {_q(name)}",
+        f"virsh pool-autostart {_q(name)}",
+    ]

@@ -1,0 +1,83 @@
+"""First boot (runs every boot, idempotent): TLS certificate, admin token, default pool.
+
+The admin token comes from QEMU fw_cfg ``opt/zds/admin-token`` when the host passed one,
+else from the token file, else it is made now; it is written to a root-only file and
+printed (the unit sends stdout to the console). The default pool is made only when no
+pool is imported or importable: on the configured disks, else on sparse files (a demo
+pool, labelled as such).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from appliance.engine import Engine
+from appliance.errors import ZdsError
+from appliance.services.pools import PoolRequest, VdevRequest
+
+
+@dataclass
+class FirstbootResult:
+    certificate_created: bool
+    token: str
+    token_source: str  # fw_cfg | file | new
+    pool: str | None
+    pool_created: bool
+    demo_pool: bool
+    messages: list[str]
+
+
+def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResult:
+    s = engine.settings
+    local = engine.local
+    msgs: list[str] = []
+    cert = local.ensure_tls_certificate(s.tls_cert, s.tls_key, local.hostname()) if s.tls \
+        else False
+
+    token = local.read_fw_cfg(s.fw_cfg_dir, "admin-token")
+    source = "fw_cfg"
+    if not token:
+        token, source = local.read_text(s.admin_token_file) or "", "file"
+    if not token:
+        token, source = engine.tokens.create("admin", "admin"), "new"
+    else:
+        engine.tokens.create("admin" if source == "file" else "admin-fwcfg", "admin", token)
+    local.write_secret(s.admin_token_file, token)
+
+    pool, created, demo = None, False, False
+    if engine.zfs.available():
+        pools = [p.name for p in engine.zfs.list_pools()]
+        if pools:
+            pool = pools[0]
+        elif engine.zfs.importable_pools():
+            msgs.append("pools can be imported (GET /api/v1/pools/importable); "
+                        "no default pool created")
+        else:
+            pool, demo = s.firstboot_pool, False
+            disks = local.glob_devices(s.firstboot_disks)
+            if disks:
+                layout = s.firstboot_layout if len(disks) >= 2 else "disk"
+                vdevs = ([VdevRequest("disk", [d]) for d in disks] if layout == "disk"
+                         else [VdevRequest(layout, disks)])
+                req = PoolRequest(name=pool, vdevs=vdevs, force=True)
+            else:
+                demo = True
+                req = PoolRequest(name=pool, sparse_files={
+                    "count": 2, "size": s.firstboot_demo_disk_size, "type": "mirror"})
+            try:
+                job = engine.jobs.wait(engine.pools.create(req).id, pool_timeout)
+            except ZdsError as exc:
+                msgs.append(f"default pool not created: {exc.message}")
+                pool = None
+            else:
+                if job.state == "succeeded":
+                    created = True
+                    what = "DEMO pool on sparse files" if demo else f"pool on {len(req.vdevs)}"
+                    msgs.append(f"created {what} {pool!r}" +
+                                ("" if demo else " vdev(s)"))
+                else:
+                    msgs.append(f"default pool not created: {job.error}")
+                    pool = None
+    else:
+        msgs.append("ZFS is not available: no default pool")
+    return FirstbootResult(cert, token, source, pool, created, demo, msgs)

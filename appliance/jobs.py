@@ -1,0 +1,215 @@
+"""Long work runs as a job: recorded in SQLite, run on a worker thread, pollable.
+
+A job is never lost: its row is written before it runs, and at start-up any job that
+was queued or running when the API stopped is marked failed ("interrupted").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from appliance.errors import Conflict, NotFound, ZdsError
+from appliance.store import Store
+
+log = logging.getLogger(__name__)
+
+JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
+FINISHED: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    kind: str
+    target: str | None
+    state: JobState
+    progress: float
+    message: str
+    result: dict[str, Any] | None
+    error: dict[str, Any] | None
+    created: float
+    started: float | None
+    finished: float | None
+
+    @property
+    def done(self) -> bool:
+        return self.state in FINISHED
+
+
+class JobCancelled(Exception):
+    """Raised inside a job function by :meth:`JobContext.check_cancelled`."""
+
+
+@dataclass
+class JobContext:
+    """Handed to a job function: progress reporting and cooperative cancellation."""
+
+    job_id: str
+    _manager: JobManager
+    cancel_event: threading.Event = field(default_factory=threading.Event)
+    on_cancel: list[Callable[[], None]] = field(default_factory=list)
+
+    def progress(self, fraction: float, message: str = "") -> None:
+        self._manager._update(self.job_id, progress=max(0.0, min(1.0, fraction)),
+                              message=message)
+
+    @property
+    def cancelled(self) -> bool:
+        return self.cancel_event.is_set()
+
+    def check_cancelled(self) -> None:
+        if self.cancelled:
+            raise JobCancelled()
+
+
+JobFunction = Callable[[JobContext], dict[str, Any] | None]
+
+
+class JobManager:
+    def __init__(self, store: Store, workers: int = 2) -> None:
+        self.store = store
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zds-job")
+        self._changed = threading.Condition()
+        self._contexts: dict[str, JobContext] = {}
+
+    def recover(self) -> int:
+        """Marks jobs interrupted by a restart as failed; returns how many."""
+        now = time.time()
+        err = json.dumps({"code": "interrupted",
+                          "message": "the API stopped while this job was running"})
+        with self.store.connect() as db:
+            cur = db.execute(
+                "UPDATE jobs SET state='failed', error=?, finished=? "
+                "WHERE state IN ('queued','running')",
+                (err, now),
+            )
+        return cur.rowcount
+
+    def submit(self, kind: str, target: str | None, fn: JobFunction,
+               message: str = "") -> Job:
+        job_id = uuid.uuid4().hex
+        with self.store.connect() as db:
+            db.execute(
+                "INSERT INTO jobs (id, kind, target, state, message, created) "
+                "VALUES (?,?,?,?,?,?)",
+                (job_id, kind, target, "queued", message, time.time()),
+            )
+        ctx = JobContext(job_id, self)
+        self._contexts[job_id] = ctx
+        self._pool.submit(self._run, ctx, fn)
+        return self.get(job_id)
+
+    def _run(self, ctx: JobContext, fn: JobFunction) -> None:
+        if ctx.cancelled:
+            self._finish(ctx.job_id, "cancelled", None, None)
+            return
+        self._update(ctx.job_id, state="running", started=time.time())
+        try:
+            result = fn(ctx)
+        except JobCancelled:
+            self._finish(ctx.job_id, "cancelled", None, None)
+        except ZdsError as exc:
+            self._finish(ctx.job_id, "failed", None,
+                         {"code": exc.code, "message": exc.message, "detail": exc.detail})
+        except Exception as exc:  # a job must always end with a recorded state
+            log.exception("job %s failed", ctx.job_id)
+            self._finish(ctx.job_id, "failed", None,
+                         {"code": "internal", "message": f"{type(exc).__name__}: {exc}"})
+        else:
+            state: JobState = "cancelled" if ctx.cancelled else "succeeded"
+            self._finish(ctx.job_id, state, result or {}, None)
+        finally:
+            self._contexts.pop(ctx.job_id, None)
+
+    def _finish(self, job_id: str, state: JobState, result: dict[str, Any] | None,
+                error: dict[str, Any] | None) -> None:
+        self._update(job_id, state=state, finished=time.time(),
+                     progress=1.0 if state == "succeeded" else None,
+                     result=json.dumps(result) if result is not None else None,
+                     error=json.dumps(error) if error is not None else None)
+
+    def _update(self, job_id: str, **fields: Any) -> None:
+        sets = {k: v for k, v in fields.items() if v is not None}
+        if not sets:
+            return
+        cols = ", ".join(f"{k}=?" for k in sets)
+        with self.store.connect() as db:
+            db.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*sets.values(), job_id))
+        with self._changed:
+            self._changed.notify_all()
+
+    def get(self, job_id: str) -> Job:
+        with self.store.connect() as db:
+            row = db.execute("SELECT * FROM jobs WHERE id=?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFound(f"job {job_id!r} not found")
+        return Job(
+            id=row["id"], kind=row["kind"], target=row["target"], state=row["state"],
+            progress=row["progress"], message=row["message"],
+            result=json.loads(row["result"]) if row["result"] else None,
+            error=json.loads(row["error"]) if row["error"] else None,
+            created=row["created"], started=row["started"], finished=row["finished"],
+        )
+
+    def list(self, state: str | None = None, kind: str | None = None,
+             limit: int = 100) -> list[Job]:
+        query = "SELECT id FROM jobs"
+        where, args = [], []
+        if state:
+            where.append("state=?")
+            args.append(state)
+        if kind:
+            where.append("kind=?")
+            args.append(kind)
+        if where:
+            query += " WHERE " + " AND ".join(where)
+        query += " ORDER BY created DESC LIMIT ?"
+        with self.store.connect() as db:
+            ids = [r["id"] for r in db.execute(query, (*args, limit)).fetchall()]
+        return [self.get(i) for i in ids]
+
+    def wait(self, job_id: str, timeout: float) -> Job:
+        """The job once finished, or as it is when ``timeout`` seconds have passed."""
+        deadline = time.monotonic() + max(0.0, timeout)
+        job = self.get(job_id)
+        while not job.done:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            with self._changed:
+                self._changed.wait(min(remaining, 1.0))
+            job = self.get(job_id)
+        return job
+
+    def cancel(self, job_id: str) -> Job:
+        job = self.get(job_id)
+        if job.done:
+            raise Conflict(f"job {job_id} already {job.state}")
+        ctx = self._contexts.get(job_id)
+        if ctx is not None:
+            ctx.cancel_event.set()
+            for hook in list(ctx.on_cancel):
+                try:
+                    hook()
+                except Exception:
+                    log.exception("cancel hook of job %s failed", job_id)
+        return self.get(job_id)
+
+    def running_for(self, kind: str, target: str) -> Job | None:
+        for job in self.list(kind=kind, limit=50):
+            if job.target == target and not job.done:
+                return job
+        return None
+
+    def shutdown(self) -> None:
+        for ctx in list(self._contexts.values()):
+            ctx.cancel_event.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,159 @@
+"""Desired state: what the admin asked for, as frozen dataclasses.
+
+These are recorded (SQLite + ``zds:*`` ZFS user properties) before anything is changed on
+the host; the reconciler derives LIO and ganesha state from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal
+
+Protocol = Literal["nfs3", "nfs41", "iscsi"]
+Profile = Literal["vmware", "kvm"]
+Access = Literal["rw", "ro"]
+DatastoreState = Literal["creating", "ready", "deleting", "error"]
+
+PROTOCOLS: tuple[Protocol, ...] = ("nfs3", "nfs41", "iscsi")
+PROFILES: tuple[Profile, ...] = ("vmware", "kvm")
+
+# ZFS tuning per kind; see docs/architecture.md for why each value.
+NFS_DATASET_PROPERTIES: dict[str, str] = {
+    "compression": "lz4",
+    "atime": "off",
+    "xattr": "sa",
+    "acltype": "posixacl",  # ganesha's VFS FSAL fails every op with NOTSUPP without it
+    "recordsize": "65536",  # VM images do 4K-64K I/O; 64K balances IOPS and throughput
+    "sync": "standard",  # ESXi writes sync: honour it (a SLOG makes it fast)
+    "logbias": "latency",
+}
+ZVOL_PROPERTIES: dict[str, str] = {
+    "compression": "lz4",
+    "volblocksize": "16384",  # OpenZFS 2.2+ default; good for VMFS and guest file systems
+    "sync": "standard",
+    "logbias": "latency",
+}
+
+
+@dataclass(frozen=True)
+class NfsClient:
+    match: str  # IP, CIDR, hostname or '*'
+    access: Access = "rw"
+
+
+@dataclass(frozen=True)
+class ChapSettings:
+    user: str
+    secret: str
+    mutual_user: str | None = None
+    mutual_secret: str | None = None
+
+
+@dataclass(frozen=True)
+class IscsiAccess:
+    initiators: tuple[str, ...] = ()
+    initiator_groups: tuple[str, ...] = ()
+    chap: ChapSettings | None = None
+
+
+@dataclass(frozen=True)
+class Overrides:
+    sync: str | None = None
+    compression: str | None = None
+    recordsize: int | None = None  # NFS datasets
+    volblocksize: int | None = None  # zvols; fixed at creation
+
+
+@dataclass(frozen=True)
+class DatastoreSpec:
+    """What ``PUT /datastores/{name}`` asks for (validated)."""
+
+    name: str
+    pool: str
+    protocol: Protocol
+    size: int
+    thin: bool = True
+    profile: Profile = "vmware"
+    nfs_clients: tuple[NfsClient, ...] = ()
+    iscsi: IscsiAccess = field(default_factory=IscsiAccess)
+    overrides: Overrides = field(default_factory=Overrides)
+
+    @property
+    def is_nfs(self) -> bool:
+        return self.protocol in ("nfs3", "nfs41")
+
+    @property
+    def dataset(self) -> str:
+        return datastore_dataset(self.pool, self.name)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @staticmethod
+    def from_json(text: str) -> DatastoreSpec:
+        return spec_from_dict(json.loads(text))
+
+
+def datastore_dataset(pool: str, name: str) -> str:
+    return f"{pool}/{DATASTORE_PARENT}/{name}"
+
+
+DATASTORE_PARENT = "datastores"
+
+
+def spec_from_dict(d: dict[str, Any]) -> DatastoreSpec:
+    iscsi = d.get("iscsi") or {}
+    chap = iscsi.get("chap")
+    return DatastoreSpec(
+        name=d["name"],
+        pool=d["pool"],
+        protocol=d["protocol"],
+        size=int(d["size"]),
+        thin=bool(d.get("thin", True)),
+        profile=d.get("profile", "vmware"),
+        nfs_clients=tuple(NfsClient(**c) for c in d.get("nfs_clients", ())),
+        iscsi=IscsiAccess(
+            initiators=tuple(iscsi.get("initiators", ())),
+            initiator_groups=tuple(iscsi.get("initiator_groups", ())),
+            chap=ChapSettings(**chap) if chap else None,
+        ),
+        overrides=Overrides(**(d.get("overrides") or {})),
+    )
+
+
+@dataclass(frozen=True)
+class DatastoreRecord:
+    """A datastore as recorded: the spec plus identities that never change."""
+
+    spec: DatastoreSpec
+    state: DatastoreState
+    export_id: int | None = None  # NFS: ganesha Export_Id
+    iqn: str | None = None  # iSCSI target IQN
+    serial: str | None = None  # iSCSI unit serial (NAA WWN derives from it)
+    origin: str | None = None  # snapshot this datastore was cloned from
+    error: str | None = None
+    created: float = 0.0
+    updated: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    def with_state(self, state: DatastoreState, error: str | None = None) -> DatastoreRecord:
+        return replace(self, state=state, error=error)
+
+
+@dataclass(frozen=True)
+class InitiatorGroup:
+    name: str
+    initiators: tuple[str, ...]
+    created: float = 0.0
+    updated: float = 0.0
+
+
+def naa_wwn(serial: str) -> str:
+    """The NAA-6 WWN LIO derives from a unit serial: LIO's IEEE company id 0x001405
+    followed by the serial's first 25 hex digits (non-hex characters skipped)."""
+    digits = "".join(c for c in serial.lower() if c in "0123456789abcdef")[:25]
+    return "naa.6001405" + digits.ljust(25, "0")

@@ -1,0 +1,195 @@
+"""Desired state -> live LIO/ganesha state.
+
+Planning is pure (plain data in, a list of :class:`Action` out) so it is unit-tested
+without a host; :func:`apply` runs the actions through the adapters. The same plan, not
+applied, is the "drift" the system endpoint reports.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from appliance.errors import ZdsError
+from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost, LiveExport
+from appliance.host.lio import AclSpec, Chap, LioHost, LiveTarget, LunSpec, TargetSpec
+from appliance.model import DatastoreRecord, InitiatorGroup
+
+log = logging.getLogger(__name__)
+
+BACKSTORE_PREFIX = "zds-"
+MIN_EXPORT_ID = 100
+
+ActionKind = Literal[
+    "add_export", "update_export", "remove_export",
+    "apply_target", "remove_target", "remove_backstore",
+]
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: ActionKind
+    subject: str  # export id, target IQN or backstore name
+    reason: str
+    export: ExportSpec | None = None
+    target: TargetSpec | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind} {self.subject}: {self.reason}"
+
+
+@dataclass
+class ReconcileReport:
+    planned: list[Action] = field(default_factory=list)
+    applied: list[Action] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def backstore_name(datastore: str) -> str:
+    return f"{BACKSTORE_PREFIX}{datastore}"
+
+
+def export_spec(rec: DatastoreRecord, path: str) -> ExportSpec:
+    """The ganesha export of an NFS datastore whose dataset is mounted at ``path``."""
+    assert rec.export_id is not None
+    spec = rec.spec
+    rules: list[ClientRule] = []
+    for access in ("rw", "ro"):
+        clients = tuple(c.match for c in spec.nfs_clients if c.access == access)
+        if clients:
+            rules.append(ClientRule(clients=clients, access="RW" if access == "rw" else "RO"))
+    return ExportSpec(
+        export_id=rec.export_id,
+        path=path,
+        pseudo=path,
+        protocols=(3,) if spec.protocol == "nfs3" else (4,),
+        clients=tuple(rules),
+    )
+
+
+def target_spec(rec: DatastoreRecord, device: str, groups: Mapping[str, InitiatorGroup],
+                portal: tuple[str, int]) -> TargetSpec:
+    """The LIO target of an iSCSI datastore whose zvol is ``device``."""
+    assert rec.iqn is not None and rec.serial is not None
+    access = rec.spec.iscsi
+    initiators: list[str] = list(access.initiators)
+    for name in access.initiator_groups:
+        group = groups.get(name)
+        if group is not None:
+            initiators.extend(group.initiators)
+    chap = None
+    if access.chap is not None:
+        chap = Chap(access.chap.user, access.chap.secret, access.chap.mutual_user,
+                    access.chap.mutual_secret)
+    acls = tuple(AclSpec(i, chap) for i in sorted(set(initiators)))
+    lun = LunSpec(backstore=backstore_name(rec.name), device=device, serial=rec.serial)
+    return TargetSpec(iqn=rec.iqn, luns=(lun,), acls=acls, portals=(portal,))
+
+
+def target_matches(desired: TargetSpec, live: TargetSpec) -> bool:
+    """Equal in everything ZDS manages (attributes: only the keys ZDS sets)."""
+    if desired.iqn != live.iqn or set(desired.portals) != set(live.portals):
+        return False
+    if sorted(desired.acls, key=lambda a: a.initiator) != sorted(
+            live.acls, key=lambda a: a.initiator):
+        return False
+    if len(desired.luns) != len(live.luns):
+        return False
+    live_luns = {lun.lun: lun for lun in live.luns}
+    for want in desired.luns:
+        have = live_luns.get(want.lun)
+        if have is None or (have.backstore, have.device, have.serial) != (
+                want.backstore, want.device, want.serial):
+            return False
+        if any(have.attributes.get(k) != v for k, v in want.attributes.items()):
+            return False
+    return True
+
+
+def plan(
+    exports: Sequence[ExportSpec],
+    live_exports: Sequence[LiveExport],
+    rendered: Callable[[int], str | None],
+    render: Callable[[ExportSpec], str],
+    targets: Sequence[TargetSpec],
+    live_targets: Sequence[LiveTarget],
+    live_backstores: Iterable[str],
+    iqn_prefix: str,
+) -> list[Action]:
+    """What must change so ganesha and LIO match the desired exports and targets.
+
+    Only ZDS's own objects are touched: exports with ids >= 100, targets whose IQN starts
+    with ``iqn_prefix``, backstores named ``zds-*``.
+    """
+    actions: list[Action] = []
+    live_by_id = {e.export_id: e for e in live_exports}
+    wanted_ids = set()
+    for spec in exports:
+        wanted_ids.add(spec.export_id)
+        live = live_by_id.get(spec.export_id)
+        if live is None:
+            actions.append(Action("add_export", str(spec.export_id),
+                                  f"export of {spec.path} is not live", export=spec))
+        elif live.path != spec.path or rendered(spec.export_id) != render(spec):
+            actions.append(Action("update_export", str(spec.export_id),
+                                  f"export of {spec.path} differs from desired", export=spec))
+    for live in live_exports:
+        if live.export_id >= MIN_EXPORT_ID and live.export_id not in wanted_ids:
+            actions.append(Action("remove_export", str(live.export_id),
+                                  f"export of {live.path} is not desired"))
+
+    live_targets_by_iqn = {t.spec.iqn: t for t in live_targets}
+    wanted_iqns = set()
+    wanted_backstores = set()
+    for target in targets:
+        wanted_iqns.add(target.iqn)
+        wanted_backstores.update(lun.backstore for lun in target.luns)
+        live_t = live_targets_by_iqn.get(target.iqn)
+        if live_t is None:
+            actions.append(Action("apply_target", target.iqn, "target is not live",
+                                  target=target))
+        elif not target_matches(target, live_t.spec):
+            actions.append(Action("apply_target", target.iqn, "target differs from desired",
+                                  target=target))
+    removed_backstores = set()
+    for live_t in live_targets:
+        iqn = live_t.spec.iqn
+        if iqn.startswith(iqn_prefix + ":") and iqn not in wanted_iqns:
+            actions.append(Action("remove_target", iqn, "target is not desired"))
+            removed_backstores.update(lun.backstore for lun in live_t.spec.luns)
+    for name in sorted(live_backstores):
+        if (name.startswith(BACKSTORE_PREFIX) and name not in wanted_backstores
+                and name not in removed_backstores):
+            actions.append(Action("remove_backstore", name, "backstore is not used"))
+    return actions
+
+
+def apply(actions: Sequence[Action], ganesha: GaneshaHost, lio: LioHost) -> ReconcileReport:
+    """Runs each action; one failure does not stop the others (each is reported)."""
+    report = ReconcileReport(planned=list(actions))
+    for action in actions:
+        try:
+            if action.kind == "add_export" and action.export:
+                ganesha.add_export(action.export)
+            elif action.kind == "update_export" and action.export:
+                ganesha.update_export(action.export)
+            elif action.kind == "remove_export":
+                ganesha.remove_export(int(action.subject))
+            elif action.kind == "apply_target" and action.target:
+                lio.apply_target(action.target)
+            elif action.kind == "remove_target":
+                lio.remove_target(action.subject)
+            elif action.kind == "remove_backstore":
+                lio.remove_backstore(action.subject)
+        except ZdsError as exc:
+            log.warning("reconcile: %s failed: %s", action.describe(), exc.message)
+            report.errors.append(f"{action.describe()}: {exc.message}")
+        else:
+            report.applied.append(action)
+    return report

@@ -1,0 +1,462 @@
+"""Datastores: the main resource. validate -> record intent -> act -> reconcile -> read back."""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+from appliance import validate
+from appliance.attach import AttachInstructions, iscsi_instructions, nfs_instructions
+from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound, Unavailable
+from appliance.jobs import Job, JobContext
+from appliance.model import (
+    NFS_DATASET_PROPERTIES,
+    PROFILES,
+    PROTOCOLS,
+    ZVOL_PROPERTIES,
+    ChapSettings,
+    DatastoreRecord,
+    DatastoreSpec,
+    IscsiAccess,
+    NfsClient,
+    Overrides,
+    naa_wwn,
+)
+
+if TYPE_CHECKING:
+    from appliance.engine import Engine
+
+ZDS_PREFIX = "zds:"
+
+
+@dataclass(frozen=True)
+class ChapRequest:
+    user: str
+    secret: str
+    mutual_user: str | None = None
+    mutual_secret: str | None = None
+
+
+@dataclass(frozen=True)
+class DatastoreRequest:
+    """The body of ``PUT /datastores/{name}`` as sent (not yet validated)."""
+
+    protocol: str
+    size: int | str
+    pool: str | None = None
+    thin: bool = True
+    profile: str = "vmware"
+    nfs_clients: list[dict[str, str]] = field(default_factory=list)
+    initiators: list[str] = field(default_factory=list)
+    initiator_groups: list[str] = field(default_factory=list)
+    chap: ChapRequest | None = None
+    sync: str | None = None
+    compression: str | None = None
+    recordsize: int | str | None = None
+    volblocksize: int | str | None = None
+
+
+@dataclass(frozen=True)
+class DatastoreView:
+    """A datastore as the API shows it: record + live usage + live serving status."""
+
+    record: DatastoreRecord
+    dataset: str
+    path: str | None  # NFS mount path
+    device: str | None  # zvol device
+    wwn: str | None
+    used: int
+    available: int
+    referenced: int
+    compressratio: float
+    properties: dict[str, str]
+    serving: bool  # export/LUN live
+    clients: list[str]  # NFS clients with state / iSCSI initiators logged in
+    snapshots: int
+    online: bool  # its pool is imported and its dataset exists
+
+
+class DatastoreService:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    # --- reading --------------------------------------------------------------------
+
+    def list(self) -> list[DatastoreView]:
+        return [self._view(r) for r in self.engine.store.list_datastores()]
+
+    def get(self, name: str) -> DatastoreView:
+        return self._view(self.record(name))
+
+    def record(self, name: str) -> DatastoreRecord:
+        validate.resource_name(name, "datastore name")
+        rec = self.engine.store.get_datastore(name)
+        if rec is None:
+            raise NotFound(f"datastore {name!r} not found")
+        return rec
+
+    def attach(self, name: str, server: str | None) -> AttachInstructions:
+        view = self.get(name)
+        address = server or self.engine.settings.public_address or "APPLIANCE-ADDRESS"
+        rec = view.record
+        if rec.spec.is_nfs:
+            return nfs_instructions(rec, address, view.path or f"/{view.dataset}")
+        return iscsi_instructions(rec, address, view.wwn or "",
+                                  self.engine.settings.iscsi_portal[1])
+
+    def _view(self, rec: DatastoreRecord) -> DatastoreView:
+        zfs = self.engine.zfs
+        ds = zfs.get_dataset(rec.spec.dataset) if zfs.available() else None
+        props = dict(ds.properties) if ds else {}
+        path = device = None
+        if ds is not None and rec.spec.is_nfs:
+            path = ds.prop("mountpoint") or None
+        elif ds is not None:
+            device = zfs.zvol_device(rec.spec.dataset)
+        serving, clients = self.engine.live_status(rec)
+        snaps = len(zfs.list_snapshots(rec.spec.dataset)) if ds else 0
+        ratio = props.get("compressratio", "1.00").rstrip("x")
+        return DatastoreView(
+            record=rec,
+            dataset=rec.spec.dataset,
+            path=path,
+            device=device,
+            wwn=naa_wwn(rec.serial) if rec.serial else None,
+            used=ds.int_prop("used") if ds else 0,
+            available=ds.int_prop("available") if ds else 0,
+            referenced=ds.int_prop("referenced") if ds else 0,
+            compressratio=float(ratio) if re.match(r"^\d+(\.\d+)?$", ratio) else 1.0,
+            properties={k: v for k, v in props.items() if not k.startswith(ZDS_PREFIX)},
+            serving=serving,
+            clients=clients,
+            snapshots=snaps,
+            online=ds is not None,
+        )
+
+    # --- validation -----------------------------------------------------------------
+
+    def validate_request(self, name: str, req: DatastoreRequest) -> DatastoreSpec:
+        """Turns a request into a spec or raises InvalidInput/NotFound; changes nothing."""
+        validate.resource_name(name, "datastore name")
+        if req.protocol not in PROTOCOLS:
+            raise InvalidInput(f"invalid protocol {req.protocol!r}: one of {', '.join(PROTOCOLS)}")
+        if req.profile not in PROFILES:
+            raise InvalidInput(f"invalid profile {req.profile!r}: one of {', '.join(PROFILES)}")
+        pool = self.engine.pools.resolve(req.pool)
+        size = validate.parse_size(req.size)
+        is_nfs = req.protocol != "iscsi"
+        if is_nfs and (req.initiators or req.initiator_groups or req.chap):
+            raise InvalidInput("initiators, initiator_groups and chap are for iscsi datastores")
+        if not is_nfs and req.nfs_clients:
+            raise InvalidInput("nfs clients are for nfs3/nfs41 datastores; "
+                               "use initiators for iscsi")
+        if is_nfs and req.volblocksize is not None:
+            raise InvalidInput("volblocksize is for iscsi (zvol) datastores; use recordsize")
+        if not is_nfs and req.recordsize is not None:
+            raise InvalidInput("recordsize is for nfs datastores; use volblocksize")
+        clients: list[NfsClient] = []
+        seen: set[str] = set()
+        for c in req.nfs_clients:
+            if not isinstance(c, dict) or "match" not in c:
+                raise InvalidInput("each nfs client needs 'match' (IP, CIDR or hostname)")
+            match = validate.nfs_client(c["match"])
+            access = c.get("access", "rw")
+            if access not in ("rw", "ro"):
+                raise InvalidInput(f"invalid nfs access {access!r}: rw or ro")
+            if match in seen:
+                raise InvalidInput(f"nfs client {match} is listed twice")
+            seen.add(match)
+            clients.append(NfsClient(match, access))  # type: ignore[arg-type]
+        initiators = tuple(sorted({validate.iqn(i) for i in req.initiators}))
+        groups = tuple(sorted({validate.resource_name(g, "initiator group name")
+                               for g in req.initiator_groups}))
+        for g in groups:
+            if self.engine.store.get_group(g) is None:
+                raise NotFound(f"initiator group {g!r} not found")
+        chap = None
+        if req.chap is not None:
+            if bool(req.chap.mutual_user) != bool(req.chap.mutual_secret):
+                raise InvalidInput("mutual CHAP needs both mutual_user and mutual_secret")
+            chap = ChapSettings(
+                validate.chap_user(req.chap.user), validate.chap_secret(req.chap.secret),
+                validate.chap_user(req.chap.mutual_user) if req.chap.mutual_user else None,
+                validate.chap_secret(req.chap.mutual_secret) if req.chap.mutual_secret else None,
+            )
+            if chap.mutual_secret and chap.mutual_secret == chap.secret:
+                raise InvalidInput("the mutual CHAP secret must differ from the CHAP secret")
+        overrides = Overrides(
+            sync=validate.sync(req.sync) if req.sync is not None else None,
+            compression=(validate.compression(req.compression)
+                         if req.compression is not None else None),
+            recordsize=(validate.power_of_two_size(req.recordsize, 4096, 1 << 20, "recordsize")
+                        if req.recordsize is not None else None),
+            volblocksize=(validate.power_of_two_size(req.volblocksize, 4096, 128 << 10,
+                                                     "volblocksize")
+                          if req.volblocksize is not None else None),
+        )
+        if not is_nfs:
+            block = overrides.volblocksize or int(ZVOL_PROPERTIES["volblocksize"])
+            size = -(-size // block) * block  # zvol sizes are whole blocks
+        if size < 64 << 20:
+            raise InvalidInput("size must be at least 64M")
+        return DatastoreSpec(
+            name=name, pool=pool, protocol=req.protocol,  # type: ignore[arg-type]
+            size=size, thin=req.thin, profile=req.profile,  # type: ignore[arg-type]
+            nfs_clients=tuple(clients),
+            iscsi=IscsiAccess(initiators, groups, chap),
+            overrides=overrides,
+        )
+
+    # --- writing --------------------------------------------------------------------
+
+    def put(self, name: str, req: DatastoreRequest) -> tuple[DatastoreView, bool]:
+        """Creates or updates the datastore; returns (view, created)."""
+        spec = self.validate_request(name, req)
+        with self.engine.lock:
+            existing = self.engine.store.get_datastore(name)
+            if existing is not None:
+                return self._update(existing, spec), False
+            return self._create(spec), True
+
+    def _require_service(self, spec: DatastoreSpec) -> None:
+        if not self.engine.zfs.available():
+            raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
+        if spec.is_nfs and not self.engine.ganesha.available():
+            raise Unavailable("nfs-ganesha is not running: start it (systemctl start "
+                              "nfs-ganesha) and retry; nothing was changed")
+        if not spec.is_nfs and not self.engine.lio.available():
+            raise Unavailable("the LIO iSCSI target is not available (configfs/target "
+                              "modules); nothing was changed")
+
+    def _check_space(self, spec: DatastoreSpec, already: int = 0) -> None:
+        root = self.engine.zfs.get_dataset(spec.pool)
+        if root is None:
+            raise NotFound(f"pool {spec.pool!r} not found")
+        available = root.int_prop("available")
+        capacity = available + root.int_prop("used")
+        growth = spec.size - already
+        if not spec.thin and growth > available:
+            raise InsufficientSpace(
+                f"pool {spec.pool} has {validate.format_size(available)} free; a thick "
+                f"datastore of {validate.format_size(spec.size)} does not fit")
+        limit = int(capacity * self.engine.settings.max_overcommit)
+        promised = sum(r.spec.size for r in self.engine.store.list_datastores()
+                       if r.spec.pool == spec.pool and r.name != spec.name)
+        if spec.size + promised > limit:
+            raise InsufficientSpace(
+                f"pool {spec.pool} holds {validate.format_size(capacity)}; datastores there "
+                f"already promise {promised} bytes, and {spec.size} more would exceed the "
+                f"overcommit limit ({self.engine.settings.max_overcommit:g}x)")
+
+    def _create(self, spec: DatastoreSpec, origin: str | None = None) -> DatastoreView:
+        zfs = self.engine.zfs
+        self._require_service(spec)
+        existing_ds = zfs.get_dataset(spec.dataset)
+        if existing_ds is not None:
+            raise Conflict(f"dataset {spec.dataset} already exists and is not a ZDS datastore "
+                           "known here (import it or choose another name)")
+        if origin is None:
+            self._check_space(spec)
+        rec = DatastoreRecord(
+            spec=spec,
+            state="creating",
+            export_id=self.engine.store.next_export_id() if spec.is_nfs else None,
+            iqn=self.target_iqn(spec.name) if not spec.is_nfs else None,
+            serial=str(uuid.uuid4()) if not spec.is_nfs else None,
+            origin=origin,
+            created=time.time(),
+        )
+        self.engine.store.put_datastore(rec)  # intent first: a crash is finished at start-up
+        try:
+            self.create_dataset(rec)
+            rec = rec.with_state("ready")
+            self.engine.store.put_datastore(rec)
+            report = self.engine.reconcile()
+            failures = [e for e in report.errors if self._mentions(e, rec)]
+            if failures:
+                raise Unavailable("could not serve the datastore: " + "; ".join(failures))
+        except Exception:
+            self._undo_create(rec)
+            raise
+        return self._view(rec)
+
+    def _undo_create(self, rec: DatastoreRecord) -> None:
+        """Back to nothing after a failed create (best effort; reconcile finishes it)."""
+        self.engine.store.put_datastore(rec.with_state("deleting"))
+        try:
+            self.engine.reconcile()
+            if self.engine.zfs.get_dataset(rec.spec.dataset) is not None:
+                self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
+            self.engine.store.delete_datastore(rec.name)
+        except Exception:  # left in 'deleting': the next reconcile at start-up retries
+            pass
+
+    @staticmethod
+    def _mentions(error: str, rec: DatastoreRecord) -> bool:
+        return (rec.export_id is not None and error.split(":")[0].endswith(
+            f" {rec.export_id}")) or (rec.iqn is not None and rec.iqn in error)
+
+    def target_iqn(self, name: str) -> str:
+        host = re.sub(r"[^a-z0-9-]", "-", self.engine.local.hostname().lower()).strip("-")
+        return validate.iqn(f"{self.engine.settings.iqn_prefix}:{host or 'zds'}.{name}")
+
+    def zfs_properties(self, rec: DatastoreRecord) -> dict[str, str]:
+        """Native + zds:* properties for the dataset/zvol of ``rec``."""
+        spec = rec.spec
+        props = dict(NFS_DATASET_PROPERTIES if spec.is_nfs else ZVOL_PROPERTIES)
+        o = spec.overrides
+        if o.sync:
+            props["sync"] = o.sync
+        if o.compression:
+            props["compression"] = o.compression
+        if spec.is_nfs:
+            if o.recordsize:
+                props["recordsize"] = str(o.recordsize)
+            props["refquota"] = str(spec.size)
+            props["refreservation"] = "none" if spec.thin else str(spec.size)
+        else:
+            if o.volblocksize:
+                props["volblocksize"] = str(o.volblocksize)
+        props.update(self.user_properties(rec))
+        return props
+
+    @staticmethod
+    def user_properties(rec: DatastoreRecord) -> dict[str, str]:
+        """What a pool carries to another appliance about this datastore (no secrets)."""
+        spec = rec.spec
+        access: dict[str, Any] = (
+            {"nfs_clients": [{"match": c.match, "access": c.access} for c in spec.nfs_clients]}
+            if spec.is_nfs else
+            {"initiators": list(spec.iscsi.initiators),
+             "initiator_groups": list(spec.iscsi.initiator_groups),
+             "chap": spec.iscsi.chap is not None}
+        )
+        props = {
+            "zds:managed": "true",
+            "zds:name": spec.name,
+            "zds:protocol": spec.protocol,
+            "zds:profile": spec.profile,
+            "zds:thin": "true" if spec.thin else "false",
+            "zds:size": str(spec.size),
+            "zds:access": json.dumps(access, sort_keys=True, separators=(",", ":")),
+        }
+        if rec.export_id is not None:
+            props["zds:export_id"] = str(rec.export_id)
+        if rec.iqn:
+            props["zds:iqn"] = rec.iqn
+        if rec.serial:
+            props["zds:serial"] = rec.serial
+        return props
+
+    def create_clone(self, spec: DatastoreSpec, snapshot: str) -> DatastoreView:
+        """Called by the snapshot service under the engine lock."""
+        return self._create(spec, origin=snapshot)
+
+    def create_dataset(self, rec: DatastoreRecord) -> None:
+        zfs = self.engine.zfs
+        spec = rec.spec
+        self.engine.pools.ensure_parent(spec.pool)
+        props = self.zfs_properties(rec)
+        if rec.origin:
+            for fixed in ("volblocksize", "refreservation"):
+                props.pop(fixed, None)
+            zfs.clone(rec.origin, spec.dataset, props)
+            if not spec.is_nfs:
+                zfs.set_properties(spec.dataset, {"volsize": str(spec.size)})
+                zfs.wait_for_device(spec.dataset)
+            return
+        if spec.is_nfs:
+            zfs.create_filesystem(spec.dataset, props)
+        else:
+            props.pop("refreservation", None)
+            zfs.create_volume(spec.dataset, spec.size, spec.thin, props)
+            zfs.wait_for_device(spec.dataset)
+
+    def _update(self, rec: DatastoreRecord, spec: DatastoreSpec) -> DatastoreView:
+        old = rec.spec
+        if rec.state != "ready":
+            raise Conflict(f"datastore {rec.name} is {rec.state}; try again when it is ready")
+        if spec.pool != old.pool:
+            raise Conflict(f"datastore {rec.name} lives on pool {old.pool}; it cannot move")
+        if spec.protocol != old.protocol:
+            raise Conflict(f"datastore {rec.name} is {old.protocol}; the protocol cannot change "
+                           "(clients would lose it): create a new datastore")
+        if not spec.is_nfs and spec.overrides.volblocksize is None:
+            spec = replace(spec, overrides=replace(spec.overrides,
+                                                   volblocksize=old.overrides.volblocksize))
+        if spec.overrides.volblocksize != old.overrides.volblocksize:
+            raise Conflict("volblocksize is fixed when a zvol is created")
+        if spec.size < old.size:
+            raise Conflict(f"datastore {rec.name} is {validate.format_size(old.size)}; "
+                           "shrinking would lose data (only growing is supported)")
+        if spec == old:
+            return self._view(rec)
+        self._require_service(spec)
+        if spec.size > old.size or (old.thin and not spec.thin):
+            self._check_space(spec, already=0 if old.thin and not spec.thin else old.size)
+        new = replace(rec, spec=spec)
+        props = self.zfs_properties(new)
+        zfs = self.engine.zfs
+        # properties fixed at creation, or that only a change of size may touch
+        for fixed in ("volblocksize", "refquota", "refreservation"):
+            props.pop(fixed, None)
+        if spec.is_nfs:
+            props["refquota"] = str(spec.size)
+            props["refreservation"] = "none" if spec.thin else str(spec.size)
+        else:
+            if spec.size != old.size:
+                props["volsize"] = str(spec.size)
+            if spec.thin != old.thin:
+                props["refreservation"] = "none" if spec.thin else "auto"
+        zfs.set_properties(spec.dataset, props)
+        self.engine.store.put_datastore(new)
+        report = self.engine.reconcile()
+        failures = [e for e in report.errors if self._mentions(e, new)]
+        if failures:
+            raise Unavailable("the datastore was changed in ZFS but could not be re-served: "
+                              + "; ".join(failures) + " (it is retried at every reconcile)")
+        return self._view(new)
+
+    def delete(self, name: str, force: bool = False) -> Job:
+        with self.engine.lock:
+            rec = self.record(name)
+            clones = self.dependent_clones(rec)
+            if clones:
+                raise Conflict(f"datastores {', '.join(clones)} were cloned from snapshots of "
+                               f"{name}: delete them first")
+            if not force:
+                _, clients = self.engine.live_status(rec)
+                if clients:
+                    what = "initiators logged in" if not rec.spec.is_nfs else "NFS clients"
+                    raise Conflict(
+                        f"datastore {name} has {what}: {', '.join(clients)}; "
+                        "disconnect them or delete with force=true",
+                        detail={"clients": clients})
+            self.engine.store.put_datastore(rec.with_state("deleting"))
+
+        def run(ctx: JobContext) -> dict[str, Any]:
+            with self.engine.lock:
+                self.finish_delete(rec)
+            return {"deleted": name}
+
+        return self.engine.jobs.submit("datastore.delete", name, run,
+                                       message=f"deleting datastore {name}")
+
+    def finish_delete(self, rec: DatastoreRecord) -> None:
+        """Stop serving, destroy the dataset, forget the record (idempotent)."""
+        report = self.engine.reconcile()
+        failures = [e for e in report.errors if self._mentions(e, rec)]
+        if failures:
+            raise Unavailable("could not stop serving the datastore: " + "; ".join(failures))
+        if self.engine.zfs.get_dataset(rec.spec.dataset) is not None:
+            self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
+        self.engine.store.delete_datastore(rec.name)
+
+    def dependent_clones(self, rec: DatastoreRecord) -> list[str]:
+        prefix = rec.spec.dataset + "@"
+        return [r.name for r in self.engine.store.list_datastores()
+                if r.origin and r.origin.startswith(prefix)]

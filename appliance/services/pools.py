@@ -1,0 +1,248 @@
+"""Pools: list/inspect, create from named disks with a layout, scrub, export/import."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from appliance import validate
+from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
+from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevSpec
+from appliance.jobs import Job, JobContext
+from appliance.model import DATASTORE_PARENT
+
+if TYPE_CHECKING:
+    from appliance.engine import Engine
+
+MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
+POOL_PROPERTIES = {"ashift": "12", "autotrim": "on"}
+ROOT_FS_PROPERTIES = {"compression": "lz4", "atime": "off", "xattr": "sa",
+                      "acltype": "posixacl", "dnodesize": "auto"}
+
+
+@dataclass(frozen=True)
+class VdevRequest:
+    type: str
+    disks: list[str]
+
+
+@dataclass(frozen=True)
+class PoolRequest:
+    """The body of ``POST /pools``. Give ``vdevs`` (disks by path), or ``sparse_files``
+    for a demo/test pool on sparse files under the state directory."""
+
+    name: str
+    vdevs: list[VdevRequest] = field(default_factory=list)
+    log: list[VdevRequest] = field(default_factory=list)
+    cache: list[str] = field(default_factory=list)
+    spares: list[str] = field(default_factory=list)
+    sparse_files: dict[str, Any] | None = None  # {"count": 2, "size": "8G", "type": "mirror"}
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class PoolView:
+    info: PoolInfo
+    status: PoolStatus | None
+    demo: bool
+    datastores: list[str]
+
+
+class PoolService:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _zfs_up(self) -> None:
+        if not self.engine.zfs.available():
+            raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
+
+    def list(self) -> list[PoolView]:
+        self._zfs_up()
+        return [self._view(p, with_status=False) for p in self.engine.zfs.list_pools()]
+
+    def get(self, name: str) -> PoolView:
+        validate.pool_name(name)
+        self._zfs_up()
+        for p in self.engine.zfs.list_pools():
+            if p.name == name:
+                return self._view(p, with_status=True)
+        raise NotFound(f"pool {name!r} not found (GET /api/v1/pools/importable lists pools "
+                       "that can be imported)")
+
+    def _view(self, info: PoolInfo, with_status: bool) -> PoolView:
+        names = [r.name for r in self.engine.store.list_datastores() if r.spec.pool == info.name]
+        return PoolView(
+            info=info,
+            status=self.engine.zfs.pool_status(info.name) if with_status else None,
+            demo=info.properties.get("zds:demo") == "true",
+            datastores=names,
+        )
+
+    def resolve(self, name: str | None) -> str:
+        """The pool a datastore goes to: the one named, else the only/default pool."""
+        if name is not None:
+            validate.pool_name(name)
+            return name
+        self._zfs_up()
+        pools = [p.name for p in self.engine.zfs.list_pools()]
+        if self.engine.settings.firstboot_pool in pools:
+            return self.engine.settings.firstboot_pool
+        if len(pools) == 1:
+            return pools[0]
+        if not pools:
+            raise NotFound("there is no pool yet: create one with POST /api/v1/pools")
+        raise InvalidInput(f"several pools exist ({', '.join(pools)}): name one in 'pool'")
+
+    def imported(self) -> set[str]:
+        if not self.engine.zfs.available():
+            return set()
+        return {p.name for p in self.engine.zfs.list_pools()}
+
+    def ensure_parent(self, pool: str) -> None:
+        """``POOL/datastores`` holds every datastore of a pool."""
+        zfs = self.engine.zfs
+        if zfs.get_dataset(pool) is None:
+            raise NotFound(f"pool {pool!r} not found")
+        parent = f"{pool}/{DATASTORE_PARENT}"
+        if zfs.get_dataset(parent) is None:
+            zfs.create_filesystem(parent, {"zds:role": "datastores"})
+
+    def layout(self, req: PoolRequest) -> PoolLayout:
+        def vdev(v: VdevRequest) -> VdevSpec:
+            kind = "raidz1" if v.type == "raidz" else v.type
+            if kind not in MIN_DEVICES:
+                raise InvalidInput(f"invalid vdev type {v.type!r}: one of "
+                                   "disk (stripe), mirror, raidz1, raidz2, raidz3")
+            disks = tuple(validate.device_path(d) for d in v.disks)
+            if kind == "disk" and len(disks) != 1:
+                raise InvalidInput("a 'disk' vdev takes exactly one disk (list several "
+                                   "'disk' vdevs for a stripe)")
+            if len(disks) < MIN_DEVICES[kind]:
+                raise InvalidInput(f"a {kind} vdev needs at least {MIN_DEVICES[kind]} disks")
+            return VdevSpec(kind, disks)  # type: ignore[arg-type]
+
+        if not req.vdevs:
+            raise InvalidInput("a pool needs at least one data vdev")
+        result = PoolLayout(
+            data=tuple(vdev(v) for v in req.vdevs),
+            log=tuple(vdev(v) for v in req.log),
+            cache=tuple(validate.device_path(d) for d in req.cache),
+            spares=tuple(validate.device_path(d) for d in req.spares),
+        )
+        devices = result.all_devices()
+        dupes = {d for d in devices if devices.count(d) > 1}
+        if dupes:
+            raise InvalidInput(f"disks listed more than once: {', '.join(sorted(dupes))}")
+        return result
+
+    def create(self, req: PoolRequest) -> Job:
+        validate.pool_name(req.name)
+        self._zfs_up()
+        if req.sparse_files is not None:
+            req = self._sparse_request(req)
+        layout = self.layout(req)
+        missing = [] if req.sparse_files is not None else [
+            d for d in layout.all_devices() if not self.engine.local.device_exists(d)]
+        if missing:
+            raise NotFound(f"disks not found: {', '.join(missing)}")
+        if req.name in self.imported() or req.name in self.engine.zfs.importable_pools():
+            raise Conflict(f"pool {req.name!r} already exists (import it instead)")
+
+        def run(ctx: JobContext) -> dict[str, Any]:
+            with self.engine.lock:
+                if req.sparse_files is not None:
+                    for path in layout.all_devices():
+                        self.engine.local.create_sparse_file(
+                            Path(path), validate.parse_size(req.sparse_files["size"]))
+                self.engine.zfs.create_pool(req.name, layout, POOL_PROPERTIES,
+                                            ROOT_FS_PROPERTIES, force=req.force)
+                if req.sparse_files is not None:
+                    self.engine.zfs.set_pool_properties(req.name, {"zds:demo": "true"})
+                self.ensure_parent(req.name)
+            return {"pool": req.name}
+
+        return self.engine.jobs.submit("pool.create", req.name, run,
+                                       message=f"creating pool {req.name}")
+
+    def _sparse_request(self, req: PoolRequest) -> PoolRequest:
+        spec = req.sparse_files or {}
+        count = spec.get("count", 2)
+        if not isinstance(count, int) or not 1 <= count <= 16:
+            raise InvalidInput("sparse_files.count: 1 to 16")
+        size = validate.parse_size(spec.get("size", "8G"), "sparse_files.size")
+        if size < 64 << 20:
+            raise InvalidInput("sparse_files.size: at least 64M (ZFS's minimum vdev size)")
+        kind = spec.get("type", "mirror" if count >= 2 else "disk")
+        base = self.engine.settings.state_dir / "pools" / req.name
+        files = [str(base / f"disk{i}.img") for i in range(count)]
+        # the files are created by the job, after every check has passed
+        vdevs = ([VdevRequest("disk", [f]) for f in files] if kind == "disk"
+                 else [VdevRequest(str(kind), files)])
+        return PoolRequest(name=req.name, vdevs=vdevs, sparse_files={**spec, "size": size},
+                           force=req.force)
+
+    def scrub(self, name: str) -> Job:
+        self.get(name)
+        if self.engine.jobs.running_for("pool.scrub", name):
+            raise Conflict(f"a scrub of {name} is already running")
+
+        def run(ctx: JobContext) -> dict[str, Any]:
+            self.engine.zfs.scrub(name)
+            while True:
+                scan = self.engine.zfs.pool_status(name).scan
+                if "in progress" not in scan:
+                    return {"pool": name, "scan": scan}
+                ctx.progress(_scan_fraction(scan), scan)
+                if ctx.cancelled:
+                    return {"pool": name, "scan": scan, "note": "stopped waiting"}
+                time.sleep(1.0)
+
+        return self.engine.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}")
+
+    def importable(self) -> list[str]:
+        self._zfs_up()
+        return self.engine.zfs.importable_pools()
+
+    def export(self, name: str, force: bool = False) -> Job:
+        view = self.get(name)
+        if view.datastores and not force:
+            raise Conflict(f"pool {name} holds datastores {', '.join(view.datastores)}; "
+                           "exporting stops serving them (pass force=true)")
+
+        def run(ctx: JobContext) -> dict[str, Any]:
+            with self.engine.lock:
+                self.engine.reconcile(exclude=set(view.datastores))
+                self.engine.zfs.export_pool(name)
+            return {"pool": name, "exported": True}
+
+        return self.engine.jobs.submit("pool.export", name, run, message=f"exporting {name}")
+
+    def import_(self, name: str) -> Job:
+        validate.pool_name(name)
+        self._zfs_up()
+        if name in self.imported():
+            raise Conflict(f"pool {name} is already imported")
+        if name not in self.engine.zfs.importable_pools():
+            raise NotFound(f"no importable pool named {name!r}")
+
+        def run(ctx: JobContext) -> dict[str, Any]:
+            with self.engine.lock:
+                self.engine.zfs.import_pool(name)
+                adopted = self.engine.adopt()
+                self.engine.reconcile()
+            return {"pool": name, "imported": True, "adopted": adopted}
+
+        return self.engine.jobs.submit("pool.import", name, run, message=f"importing {name}")
+
+
+def _scan_fraction(scan: str) -> float:
+    """'... 1.23G scanned at ..., 45.6% done, ...' -> 0.456"""
+    for part in scan.replace(",", " ").split():
+        if part.endswith("%"):
+            try:
+                return float(part[:-1]) / 100
+            except ValueError:
+                return 0.0
+    return 0.0

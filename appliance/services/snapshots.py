@@ -1,0 +1,124 @@
+"""Snapshots of a datastore, rollback, and clones (a new datastore from a snapshot)."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from appliance import validate
+from appliance.errors import Conflict, NotFound
+from appliance.model import DatastoreRecord
+from appliance.services.datastores import DatastoreRequest, DatastoreView
+
+if TYPE_CHECKING:
+    from appliance.engine import Engine
+
+
+@dataclass(frozen=True)
+class SnapshotView:
+    datastore: str
+    name: str
+    full_name: str
+    created: int  # unix time
+    used: int
+    referenced: int
+    clones: list[str]
+
+
+class SnapshotService:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def _datastore(self, name: str) -> DatastoreRecord:
+        rec = self.engine.datastores.record(name)
+        if rec.state != "ready":
+            raise Conflict(f"datastore {name} is {rec.state}")
+        return rec
+
+    def list(self, datastore: str) -> list[SnapshotView]:
+        rec = self.engine.datastores.record(datastore)
+        clones_of: dict[str, list[str]] = {}
+        for r in self.engine.store.list_datastores():
+            if r.origin:
+                clones_of.setdefault(r.origin, []).append(r.name)
+        out = []
+        for snap in self.engine.zfs.list_snapshots(rec.spec.dataset):
+            short = snap.name.split("@", 1)[1]
+            out.append(SnapshotView(
+                datastore=datastore, name=short, full_name=snap.name,
+                created=snap.int_prop("creation"), used=snap.int_prop("used"),
+                referenced=snap.int_prop("referenced"),
+                clones=sorted(clones_of.get(snap.name, [])),
+            ))
+        return out
+
+    def get(self, datastore: str, name: str) -> SnapshotView:
+        validate.snapshot_name(name)
+        for snap in self.list(datastore):
+            if snap.name == name:
+                return snap
+        raise NotFound(f"snapshot {name!r} of datastore {datastore!r} not found")
+
+    def create(self, datastore: str, name: str) -> SnapshotView:
+        validate.snapshot_name(name)
+        with self.engine.lock:
+            rec = self._datastore(datastore)
+            self.engine.zfs.snapshot(rec.spec.dataset, name,
+                                     {"zds:created_by": "api",
+                                      "zds:created_at": str(int(time.time()))})
+        return self.get(datastore, name)
+
+    def delete(self, datastore: str, name: str) -> None:
+        snap = self.get(datastore, name)
+        if snap.clones:
+            raise Conflict(f"snapshot {name} is the origin of datastores "
+                           f"{', '.join(snap.clones)}: delete them first")
+        with self.engine.lock:
+            self.engine.zfs.destroy(snap.full_name)
+
+    def rollback(self, datastore: str, name: str, destroy_newer: bool = False,
+                 force: bool = False) -> SnapshotView:
+        """Rolls the datastore back. Refused while iSCSI initiators are logged in (their
+        caches would not match the disk) unless ``force``."""
+        snap = self.get(datastore, name)
+        with self.engine.lock:
+            rec = self._datastore(datastore)
+            _, clients = self.engine.live_status(rec)
+            if clients and not force:
+                raise Conflict(
+                    f"datastore {datastore} is in use by {', '.join(clients)}; a rollback "
+                    "under a live client corrupts its view of the disk. Disconnect it or "
+                    "pass force=true", detail={"clients": clients})
+            newer = [s.name for s in self.list(datastore) if s.created > snap.created
+                     or (s.created == snap.created and s.full_name > snap.full_name)]
+            if newer and not destroy_newer:
+                raise Conflict(f"snapshots newer than {name} exist ({', '.join(newer)}); "
+                               "pass destroy_newer=true to remove them")
+            if not rec.spec.is_nfs:
+                # take the LUN away while the zvol changes under it, then serve it again
+                self.engine.reconcile(exclude={rec.name})
+            try:
+                self.engine.zfs.rollback(snap.full_name, destroy_newer=destroy_newer)
+            finally:
+                self.engine.reconcile()
+        return snap
+
+    def clone(self, datastore: str, name: str, new_name: str,
+              req: DatastoreRequest | None) -> DatastoreView:
+        """A new datastore from a snapshot, with its own export id / IQN / serial."""
+        snap = self.get(datastore, name)
+        src = self.engine.datastores.record(datastore)
+        base = req or DatastoreRequest(protocol=src.spec.protocol, size=src.spec.size,
+                                       pool=src.spec.pool)
+        if base.pool not in (None, src.spec.pool):
+            raise Conflict("a clone lives in the pool of its snapshot")
+        spec = self.engine.datastores.validate_request(
+            new_name, replace(base, pool=src.spec.pool, size=max(
+                validate.parse_size(base.size), src.spec.size)))
+        if spec.is_nfs != src.spec.is_nfs:
+            raise Conflict("a clone of an NFS datastore is NFS, of an iSCSI one iSCSI")
+        with self.engine.lock:
+            if self.engine.store.get_datastore(new_name) is not None:
+                raise Conflict(f"datastore {new_name!r} already exists")
+            return self.engine.datastores.create_clone(spec, snap.full_name)

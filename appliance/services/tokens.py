@@ -1,0 +1,68 @@
+"""API tokens: created by the CLI, stored hashed, roles admin | readonly.
+
+A token reads ``zds_<id>_<secret>``; only sha256(secret) is stored. The secret has 256
+bits of entropy, so a plain hash (no key stretching) is enough.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from appliance.errors import InvalidInput, NotFound, Unauthorized
+from appliance.store import Store
+
+Role = Literal["admin", "readonly"]
+ROLES: tuple[Role, ...] = ("admin", "readonly")
+_TOKEN = re.compile(r"^zds_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+
+
+@dataclass(frozen=True)
+class Principal:
+    token_id: str
+    name: str
+    role: Role
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class TokenService:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def create(self, name: str, role: str, token: str | None = None) -> str:
+        """A new token (shown once). ``token`` imports a given one (first boot)."""
+        if role not in ROLES:
+            raise InvalidInput(f"invalid role {role!r}: admin or readonly")
+        if not re.match(r"^[A-Za-z0-9_.@-]{1,64}$", name):
+            raise InvalidInput("token name: 1-64 letters, digits, '_', '.', '@', '-'")
+        if token is None:
+            token = f"zds_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
+        m = _TOKEN.match(token)
+        if not m:
+            raise InvalidInput("malformed token (expected zds_<12 hex>_<43 characters>)")
+        if self.store.get_token(m.group(1)) is None:
+            self.store.add_token(m.group(1), name, role, _digest(m.group(2)))
+        return token
+
+    def verify(self, token: str) -> Principal:
+        m = _TOKEN.match(token or "")
+        row = self.store.get_token(m.group(1)) if m else None
+        if m is None or row is None or not hmac.compare_digest(row["hash"],
+                                                              _digest(m.group(2))):
+            raise Unauthorized("invalid or revoked token")
+        self.store.touch_token(row["id"])
+        return Principal(row["id"], row["name"], row["role"])
+
+    def list(self) -> list[dict[str, Any]]:
+        return self.store.list_tokens()
+
+    def revoke(self, token_id: str) -> None:
+        if not self.store.delete_token(token_id):
+            raise NotFound(f"token {token_id!r} not found")

@@ -1,0 +1,117 @@
+"""Appliance settings, read from /etc/zds/zds.toml (``ZDS_CONFIG`` overrides the path).
+
+Every key has a default, so a missing file means "defaults". Example::
+
+    [api]
+    listen = "0.0.0.0"
+    port = 8443
+    tls = true
+    [state]
+    dir = "/var/lib/zds"
+    [ganesha]
+    exports_dir = "/var/lib/zds/ganesha"
+    [iscsi]
+    iqn_prefix = "iqn.2026-11.io.zds"
+    [firstboot]
+    pool = "tank"
+    disks = ["/dev/disk/by-id/virtio-zdsdata*"]
+    layout = "mirror"
+    demo_disk_size = "8G"
+    admin_token_file = "/etc/zds/admin-token"
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from appliance.errors import InvalidInput
+
+DEFAULT_CONFIG = Path("/etc/zds/zds.toml")
+
+
+@dataclass(frozen=True)
+class Settings:
+    listen: str = "0.0.0.0"
+    port: int = 8443
+    tls: bool = True
+    tls_cert: Path = Path("/etc/zds/tls/cert.pem")
+    tls_key: Path = Path("/etc/zds/tls/key.pem")
+    state_dir: Path = Path("/var/lib/zds")
+    ganesha_exports_dir: Path = Path("/var/lib/zds/ganesha")
+    ganesha_dbus_address: str | None = None  # None: the system bus
+    iqn_prefix: str = "iqn.2026-11.io.zds"
+    iscsi_portal: tuple[str, int] = ("0.0.0.0", 3260)
+    # Thin datastores may be promised up to this multiple of the pool's capacity.
+    max_overcommit: float = 1.0
+    # Address put into attach instructions when the request does not tell one.
+    public_address: str | None = None
+    firstboot_pool: str = "tank"
+    firstboot_disks: tuple[str, ...] = ("/dev/disk/by-id/virtio-zdsdata*",)
+    firstboot_layout: str = "mirror"
+    firstboot_demo_disk_size: str = "8G"
+    admin_token_file: Path = Path("/etc/zds/admin-token")
+    fw_cfg_dir: Path = Path("/sys/firmware/qemu_fw_cfg/by_name/opt/zds")
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def db_path(self) -> Path:
+        return self.state_dir / "zds.db"
+
+    def with_state_dir(self, state_dir: Path) -> Settings:
+        """Everything stateful under one directory (tests, dev runs)."""
+        return replace(
+            self,
+            state_dir=state_dir,
+            ganesha_exports_dir=state_dir / "ganesha",
+            tls_cert=state_dir / "tls" / "cert.pem",
+            tls_key=state_dir / "tls" / "key.pem",
+            admin_token_file=state_dir / "admin-token",
+        )
+
+
+def load_settings(path: Path | None = None) -> Settings:
+    """Reads the TOML file (if it exists) over the defaults."""
+    path = path or Path(os.environ.get("ZDS_CONFIG", str(DEFAULT_CONFIG)))
+    if not path.exists():
+        return Settings()
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path}: not valid TOML: {exc}") from exc
+    api = data.get("api", {})
+    state = data.get("state", {})
+    ganesha = data.get("ganesha", {})
+    iscsi = data.get("iscsi", {})
+    first = data.get("firstboot", {})
+    base = Settings()
+    if "dir" in state:
+        base = base.with_state_dir(Path(state["dir"]))
+        # with_state_dir moves TLS and token files too; the file's own keys win below
+        base = replace(base, tls_cert=Settings.tls_cert, tls_key=Settings.tls_key,
+                       admin_token_file=Settings.admin_token_file)
+    portal = iscsi.get("portal", "0.0.0.0:3260")
+    host, _, port = str(portal).rpartition(":")
+    return replace(
+        base,
+        listen=str(api.get("listen", base.listen)),
+        port=int(api.get("port", base.port)),
+        tls=bool(api.get("tls", base.tls)),
+        tls_cert=Path(api.get("tls_cert", base.tls_cert)),
+        tls_key=Path(api.get("tls_key", base.tls_key)),
+        public_address=api.get("public_address", base.public_address),
+        ganesha_exports_dir=Path(ganesha.get("exports_dir", base.ganesha_exports_dir)),
+        ganesha_dbus_address=ganesha.get("dbus_address") or None,
+        iqn_prefix=str(iscsi.get("iqn_prefix", base.iqn_prefix)),
+        iscsi_portal=(host or "0.0.0.0", int(port or 3260)),
+        max_overcommit=float(data.get("datastores", {}).get("max_overcommit", 1.0)),
+        firstboot_pool=str(first.get("pool", base.firstboot_pool)),
+        firstboot_disks=tuple(first.get("disks", base.firstboot_disks)),
+        firstboot_layout=str(first.get("layout", base.firstboot_layout)),
+        firstboot_demo_disk_size=str(first.get("demo_disk_size", base.firstboot_demo_disk_size)),
+        admin_token_file=Path(first.get("admin_token_file", base.admin_token_file)),
+        extra=data,
+    )

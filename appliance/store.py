@@ -1,0 +1,233 @@
+"""The appliance's own records in SQLite: datastores, initiator groups, jobs, tokens.
+
+One connection guarded by a lock (the API is one process; SQLite's WAL keeps readers
+cheap). Other modules (probes) add their own tables through :meth:`Store.connect`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from appliance.model import DatastoreRecord, DatastoreSpec, InitiatorGroup
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS datastores (
+    name TEXT PRIMARY KEY,
+    pool TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    state TEXT NOT NULL,
+    export_id INTEGER UNIQUE,
+    iqn TEXT UNIQUE,
+    serial TEXT UNIQUE,
+    origin TEXT,
+    error TEXT,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS initiator_groups (
+    name TEXT PRIMARY KEY,
+    initiators TEXT NOT NULL,
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL,
+    target TEXT,
+    state TEXT NOT NULL,
+    progress REAL NOT NULL DEFAULT 0,
+    message TEXT NOT NULL DEFAULT '',
+    result TEXT,
+    error TEXT,
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL
+);
+CREATE TABLE IF NOT EXISTS tokens (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    hash TEXT NOT NULL,
+    created REAL NOT NULL,
+    last_used REAL
+);
+CREATE TABLE IF NOT EXISTS counters (
+    name TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+);
+"""
+
+FIRST_EXPORT_ID = 100  # ids below are ganesha's own (0 = pseudo root) or the admin's
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        if self.path != ":memory:":
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # WAL + NORMAL stays consistent on power loss; a lost last record is
+            # re-adopted from the zds:* properties ZFS keeps with the dataset
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            Path(self.path).chmod(0o600)
+        self._db.execute("PRAGMA foreign_keys=ON")
+        self._db.executescript(SCHEMA)
+
+    @contextmanager
+    def connect(self) -> Iterator[sqlite3.Connection]:
+        """The shared connection, locked, inside one transaction."""
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- datastores -----------------------------------------------------------------
+
+    def put_datastore(self, rec: DatastoreRecord) -> None:
+        now = time.time()
+        with self.connect() as db:
+            db.execute(
+                """INSERT INTO datastores (name, pool, spec, state, export_id, iqn, serial,
+                       origin, error, created, updated)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?)
+                   ON CONFLICT(name) DO UPDATE SET pool=excluded.pool, spec=excluded.spec,
+                       state=excluded.state, export_id=excluded.export_id, iqn=excluded.iqn,
+                       serial=excluded.serial, origin=excluded.origin, error=excluded.error,
+                       updated=excluded.updated""",
+                (rec.name, rec.spec.pool, rec.spec.to_json(), rec.state, rec.export_id, rec.iqn,
+                 rec.serial, rec.origin, rec.error, rec.created or now, now),
+            )
+
+    def get_datastore(self, name: str) -> DatastoreRecord | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM datastores WHERE name=?", (name,)).fetchone()
+        return _datastore(row) if row else None
+
+    def list_datastores(self) -> list[DatastoreRecord]:
+        with self.connect() as db:
+            rows = db.execute("SELECT * FROM datastores ORDER BY name").fetchall()
+        return [_datastore(r) for r in rows]
+
+    def delete_datastore(self, name: str) -> None:
+        with self.connect() as db:
+            db.execute("DELETE FROM datastores WHERE name=?", (name,))
+
+    def next_export_id(self) -> int:
+        """A never-reused ganesha Export_Id."""
+        with self.connect() as db:
+            row = db.execute("SELECT value FROM counters WHERE name='export_id'").fetchone()
+            used = db.execute("SELECT MAX(export_id) FROM datastores").fetchone()[0] or 0
+            value = max(row["value"] if row else FIRST_EXPORT_ID - 1, used) + 1
+            db.execute(
+                "INSERT INTO counters(name, value) VALUES ('export_id', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
+                (value,),
+            )
+        return int(value)
+
+    def reserve_export_id(self, export_id: int) -> None:
+        """Keep the counter above an id adopted from a pool's zds:* properties."""
+        with self.connect() as db:
+            db.execute(
+                "INSERT INTO counters(name, value) VALUES ('export_id', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value=MAX(value, excluded.value)",
+                (export_id,),
+            )
+
+    # --- initiator groups -----------------------------------------------------------
+
+    def put_group(self, group: InitiatorGroup) -> None:
+        now = time.time()
+        with self.connect() as db:
+            db.execute(
+                """INSERT INTO initiator_groups (name, initiators, created, updated)
+                   VALUES (?,?,?,?) ON CONFLICT(name) DO UPDATE SET
+                   initiators=excluded.initiators, updated=excluded.updated""",
+                (group.name, json.dumps(list(group.initiators)), group.created or now, now),
+            )
+
+    def get_group(self, name: str) -> InitiatorGroup | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM initiator_groups WHERE name=?", (name,)).fetchone()
+        return _group(row) if row else None
+
+    def list_groups(self) -> list[InitiatorGroup]:
+        with self.connect() as db:
+            rows = db.execute("SELECT * FROM initiator_groups ORDER BY name").fetchall()
+        return [_group(r) for r in rows]
+
+    def delete_group(self, name: str) -> None:
+        with self.connect() as db:
+            db.execute("DELETE FROM initiator_groups WHERE name=?", (name,))
+
+    # --- tokens ---------------------------------------------------------------------
+
+    def add_token(self, token_id: str, name: str, role: str, digest: str) -> None:
+        with self.connect() as db:
+            db.execute(
+                "INSERT INTO tokens (id, name, role, hash, created) VALUES (?,?,?,?,?)",
+                (token_id, name, role, digest, time.time()),
+            )
+
+    def get_token(self, token_id: str) -> dict[str, Any] | None:
+        with self.connect() as db:
+            row = db.execute("SELECT * FROM tokens WHERE id=?", (token_id,)).fetchone()
+        return dict(row) if row else None
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        with self.connect() as db:
+            rows = db.execute(
+                "SELECT id, name, role, created, last_used FROM tokens ORDER BY created"
+            ).fetchall()
+        return [dict(r) for r in rows]
+
+    def touch_token(self, token_id: str) -> None:
+        with self.connect() as db:
+            db.execute("UPDATE tokens SET last_used=? WHERE id=?", (time.time(), token_id))
+
+    def delete_token(self, token_id: str) -> bool:
+        with self.connect() as db:
+            cur = db.execute("DELETE FROM tokens WHERE id=?", (token_id,))
+        return cur.rowcount > 0
+
+
+def _datastore(row: sqlite3.Row) -> DatastoreRecord:
+    return DatastoreRecord(
+        spec=DatastoreSpec.from_json(row["spec"]),
+        state=row["state"],
+        export_id=row["export_id"],
+        iqn=row["iqn"],
+        serial=row["serial"],
+        origin=row["origin"],
+        error=row["error"],
+        created=row["created"],
+        updated=row["updated"],
+    )
+
+
+def _group(row: sqlite3.Row) -> InitiatorGroup:
+    return InitiatorGroup(
+        name=row["name"],
+        initiators=tuple(json.loads(row["initiators"])),
+        created=row["created"],
+        updated=row["updated"],
+    )

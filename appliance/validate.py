@@ -1,0 +1,191 @@
+"""Input validation. Everything a user sends passes through here before it reaches a
+command line, a config file or a ZFS property; each check raises ``InvalidInput`` with a
+message that says what is allowed.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+
+from appliance.errors import InvalidInput
+
+# Datastore/initiator-group names become ZFS dataset components, IQN suffixes, ganesha
+# paths and libvirt pool names: the intersection of what all of them accept.
+_RESOURCE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,61}[a-z0-9])?$")
+# zpool(8): begins with a letter; letters, digits, '_', '-', '.', ':'. We drop ':' and ' '.
+_POOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
+_POOL_RESERVED = ("mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup")
+_SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]{0,62})$")
+# RFC 3720 3.2.6.3.1 iqn names, lowercased; rtslib-fb additionally wants two labels
+# in the naming authority (iqn.2026-11.org.example), so we require that here.
+_LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+_IQN = re.compile(rf"^iqn\.(\d{{4}})-(\d{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?$")
+_EUI = re.compile(r"^eui\.[0-9a-f]{16}$")
+_NAA = re.compile(r"^naa\.(?:[0-9a-f]{16}|[0-9a-f]{32})$")
+_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$", re.IGNORECASE)
+# CHAP: RFC 1994 secrets are octets; we keep to printable ASCII without space, quotes or
+# backslash so a secret can never break out of an esxcli line or a libvirt secret.
+_CHAP_TEXT = re.compile(r"^[A-Za-z0-9!#%&()*+,./:;<=>?@\[\]^_{|}~-]+$")
+
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:I?B)?\s*$", re.IGNORECASE)
+
+MAX_IQN_BYTES = 223  # RFC 3720
+
+
+def resource_name(value: str, what: str = "name") -> str:
+    """A datastore or initiator-group name: 1-63 of a-z 0-9 _ . -, alphanumeric ends."""
+    if not isinstance(value, str) or not _RESOURCE_NAME.match(value) or ".." in value:
+        raise InvalidInput(
+            f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '_', '.' or '-', "
+            "starting and ending with a letter or digit"
+        )
+    return value
+
+
+def pool_name(value: str) -> str:
+    """A ZFS pool name (zpool(8) rules, without ':' and spaces)."""
+    if not isinstance(value, str) or not _POOL_NAME.match(value):
+        raise InvalidInput(
+            f"invalid pool name {value!r}: start with a letter; letters, digits, '_', '.', '-'"
+        )
+    lowered = value.lower()
+    if any(lowered.startswith(r) for r in _POOL_RESERVED) or re.match(r"^c\d", lowered):
+        raise InvalidInput(f"invalid pool name {value!r}: reserved by ZFS")
+    return value
+
+
+def snapshot_name(value: str) -> str:
+    if not isinstance(value, str) or not _SNAPSHOT_NAME.match(value):
+        raise InvalidInput(
+            f"invalid snapshot name {value!r}: 1-63 letters, digits, '_', '.', ':' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def iqn(value: str) -> str:
+    """An iSCSI name (iqn./eui./naa. forms of RFC 3720), returned lowercased."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"invalid iSCSI name {value!r}")
+    name = value.strip().lower()
+    if len(name.encode()) > MAX_IQN_BYTES:
+        raise InvalidInput(f"invalid iSCSI name {value!r}: longer than 223 bytes")
+    m = _IQN.match(name)
+    if m:
+        month = int(m.group(2))
+        if not 1 <= month <= 12:
+            raise InvalidInput(f"invalid iSCSI name {value!r}: month {month:02d} in the date")
+        return name
+    if _EUI.match(name) or _NAA.match(name):
+        return name
+    raise InvalidInput(
+        f"invalid iSCSI name {value!r}: expected iqn.YYYY-MM.reversed.domain[:identifier] "
+        "with at least two domain labels (e.g. iqn.2026-11.org.example:host1), "
+        "or eui.<16 hex>, or naa.<16|32 hex>"
+    )
+
+
+def nfs_client(value: str) -> str:
+    """An NFS client match: IPv4/IPv6 address, CIDR network, hostname or ``*``."""
+    if not isinstance(value, str):
+        raise InvalidInput(f"invalid NFS client {value!r}")
+    text = value.strip()
+    if text == "*":
+        return text
+    try:
+        if "/" in text:
+            return str(ipaddress.ip_network(text, strict=False))
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if _HOSTNAME.match(text) and not text.replace(".", "").isdigit():
+        return text.lower()
+    raise InvalidInput(
+        f"invalid NFS client {value!r}: expected an IP address, a CIDR network "
+        "(e.g. 192.0.2.0/24), a hostname or '*'"
+    )
+
+
+def chap_user(value: str) -> str:
+    if not isinstance(value, str) or not 1 <= len(value) <= 255 or not _CHAP_TEXT.match(value):
+        raise InvalidInput(
+            "invalid CHAP user name: 1-255 printable ASCII characters, no spaces or quotes"
+        )
+    return value
+
+
+def chap_secret(value: str) -> str:
+    # ESXi and Windows initiators require 12-16 characters; LIO accepts longer.
+    if not isinstance(value, str) or not 12 <= len(value) <= 255 or not _CHAP_TEXT.match(value):
+        raise InvalidInput(
+            "invalid CHAP secret: 12-255 printable ASCII characters, no spaces or quotes "
+            "(ESXi and Windows initiators need 12-16)"
+        )
+    return value
+
+
+def parse_size(value: int | str, what: str = "size") -> int:
+    """Bytes from an int or a string such as ``100G``, ``1.5T``, ``512MiB`` (binary units)."""
+    if isinstance(value, bool):
+        raise InvalidInput(f"invalid {what} {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str):
+        m = _SIZE.match(value)
+        if not m:
+            raise InvalidInput(f"invalid {what} {value!r}: use bytes or a number with K/M/G/T/P")
+        size = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+    else:
+        raise InvalidInput(f"invalid {what} {value!r}")
+    if size <= 0:
+        raise InvalidInput(f"invalid {what} {value!r}: must be positive")
+    return size
+
+
+def power_of_two_size(value: int | str, lo: int, hi: int, what: str) -> int:
+    size = parse_size(value, what)
+    if size & (size - 1) or not lo <= size <= hi:
+        raise InvalidInput(
+            f"invalid {what} {value!r}: a power of two from {format_size(lo)} to {format_size(hi)}"
+        )
+    return size
+
+
+COMPRESSION = re.compile(r"^(?:on|off|lz4|zle|lzjb|gzip(?:-[1-9])?|zstd(?:-(?:[1-9]|1[0-9]))?"
+                         r"|zstd-fast(?:-\d{1,4})?)$")
+SYNC = ("standard", "always", "disabled")
+
+
+def compression(value: str) -> str:
+    if not isinstance(value, str) or not COMPRESSION.match(value):
+        raise InvalidInput(
+            f"invalid compression {value!r}: off, lz4, zle, gzip[-1..9], zstd[-1..19], zstd-fast-N"
+        )
+    return value
+
+
+def sync(value: str) -> str:
+    if value not in SYNC:
+        raise InvalidInput(f"invalid sync {value!r}: one of {', '.join(SYNC)}")
+    return value
+
+
+def device_path(value: str) -> str:
+    """A disk for a pool: an absolute path of plain characters (checked to exist later)."""
+    if (not isinstance(value, str) or not value.startswith("/")
+            or not re.match(r"^/[A-Za-z0-9_./:+@-]+$", value) or "/../" in value + "/"):
+        raise InvalidInput(
+            f"invalid device {value!r}: give an absolute path such as /dev/disk/by-id/..."
+        )
+    return value
+
+
+def format_size(size: int) -> str:
+    """1073741824 -> '1G' (exact binary units where possible)."""
+    for unit in ("P", "T", "G", "M", "K"):
+        n = _UNITS[unit]
+        if size >= n and size % n == 0:
+            return f"{size // n}{unit}"
+    return str(size)
