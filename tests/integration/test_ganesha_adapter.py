@@ -12,9 +12,9 @@ import pytest
 from ganesha_harness import GaneshaHarness, start_private_bus
 
 from appliance.errors import InvalidInput, Unavailable
+from appliance.host.contract.ganesha_checks import check_contract
 from appliance.host.ganesha import ClientRule, ExportSpec, Ganesha
 from appliance.host.run import SubprocessRunner
-from tests.ganesha_contract import check_contract
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,6 @@
-"""One behaviour contract for every GaneshaHost: the fake (tests/unit) and the real
-adapter against a live nfs-ganesha (tests/integration) both run :func:`check_contract`.
+"""Contract checks for :class:`appliance.host.ganesha.GaneshaHost` (real ``Ganesha`` and
+``FakeGanesha``): tests/unit/test_ganesha_fake.py runs them on the fake,
+tests/integration/test_ganesha_adapter.py on the real adapter against a live nfs-ganesha.
 
 ``make_dir(name)`` returns an absolute path that exists for the host under test;
 ``missing_dir(name)`` returns one that does not. Export ids 900.. are used and removed.
@@ -9,9 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
-
 from appliance.errors import Conflict, InvalidInput, NotFound
+from appliance.host.contract import expect
 from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost, render_export_block
 
 RW_LOCAL = (ClientRule(("127.0.0.1",), "RW"),)
@@ -57,22 +57,19 @@ def check_contract(
     assert "Access_Type = RO;" in (host.rendered(901) or "")
 
     # errors, each leaving state unchanged
-    with pytest.raises(NotFound):
-        host.update_export(_spec(902, c_path))
-    with pytest.raises(Conflict):  # same path as 900 under another id
-        host.add_export(_spec(902, a_path, pseudo=c_path))
-    with pytest.raises(Conflict):  # same pseudo as 900
-        host.add_export(_spec(902, c_path, pseudo=a_path))
-    with pytest.raises(Conflict):  # an export's path never changes
-        host.add_export(_spec(900, c_path))
-    with pytest.raises(Conflict):
-        host.update_export(_spec(900, c_path))
-    with pytest.raises(Conflict):  # path not there (dataset not mounted)
-        host.add_export(_spec(902, missing_dir("contract-missing")))
-    with pytest.raises(InvalidInput):
-        host.add_export(_spec(902, c_path + '";}EXPORT{Path="/'))
-    with pytest.raises(InvalidInput):
-        host.add_export(_spec(902, c_path, (ClientRule(("*; Access_Type = RW",), "RO"),)))
+    expect(NotFound, host.update_export, _spec(902, c_path))
+    # same path as 900 under another id
+    expect(Conflict, host.add_export, _spec(902, a_path, pseudo=c_path))
+    # same pseudo as 900
+    expect(Conflict, host.add_export, _spec(902, c_path, pseudo=a_path))
+    # an export's path never changes
+    expect(Conflict, host.add_export, _spec(900, c_path))
+    expect(Conflict, host.update_export, _spec(900, c_path))
+    # path not there (dataset not mounted)
+    expect(Conflict, host.add_export, _spec(902, missing_dir("contract-missing")))
+    expect(InvalidInput, host.add_export, _spec(902, c_path + '";}EXPORT{Path="/'))
+    hostile = (ClientRule(("*; Access_Type = RW",), "RO"),)
+    expect(InvalidInput, host.add_export, _spec(902, c_path, hostile))
     assert host.rendered(902) is None
     assert _ours(host) == {900: (a_path, a_path), 901: (b_path, b_path)}
     assert host.rendered(900) == render_export_block(a2)

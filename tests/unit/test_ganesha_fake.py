@@ -1,0 +1,62 @@
+"""FakeGanesha holds the same contract as the real adapter (which runs the same checks in
+tests/integration/test_ganesha_adapter.py), plus its test controls."""
+
+from __future__ import annotations
+
+import pytest
+
+from appliance.errors import Unavailable
+from appliance.host.contract.ganesha_checks import check_contract
+from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost
+
+RW = (ClientRule(("127.0.0.1",), "RW"),)
+
+
+def test_contract_fake() -> None:
+    fake = FakeGanesha()
+    check_contract(
+        fake,
+        make_dir=lambda name: f"/tank/{name}",
+        missing_dir=lambda name: (fake.missing_paths.add(f"/tank/gone/{name}"),
+                                  f"/tank/gone/{name}")[1],
+    )
+
+
+def test_fake_is_a_ganesha_host() -> None:
+    host: GaneshaHost = FakeGanesha()
+    assert host.available()
+
+
+def test_down_fake_is_unavailable_everywhere() -> None:
+    fake = FakeGanesha()
+    fake.add_export(ExportSpec(101, "/tank/a", "/tank/a", (3,), RW))
+    fake.down = True
+    assert not fake.available()
+    for call in (
+        fake.list_exports,
+        lambda: fake.add_export(ExportSpec(102, "/tank/b", "/tank/b", (3,), RW)),
+        lambda: fake.update_export(ExportSpec(101, "/tank/a", "/tank/a", (3,), ())),
+        lambda: fake.remove_export(101),
+        lambda: fake.connected_clients(101),
+    ):
+        with pytest.raises(Unavailable):
+            call()
+    assert fake.rendered(101) is not None  # a file read, no DBus needed
+    fake.down = False
+    assert [e.export_id for e in fake.list_exports()] == [101]
+
+
+def test_simulated_clients_and_restart() -> None:
+    fake = FakeGanesha()
+    fake.add_export(ExportSpec(101, "/tank/a", "/tank/a", (3,), RW))
+    fake.set_connected(101, ["10.0.0.2", "10.0.0.1", "10.0.0.2"])
+    assert fake.connected_clients(101) == ["10.0.0.1", "10.0.0.2"]
+    fake.restart()
+    assert fake.list_exports() == []
+    assert fake.rendered(101) is not None
+    assert fake.connected_clients(101) == []
+    fake.add_export(ExportSpec(101, "/tank/a", "/tank/a", (3,), RW))
+    fake.remove_export(101)
+    assert fake.connected_clients(101) == []
+    assert ("RemoveExport", 101) in fake.calls
