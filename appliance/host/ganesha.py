@@ -360,12 +360,22 @@ def _timestamp(v: DBusValue) -> float:
     return _int(sec) + _int(nsec) / 1e9
 
 
-def _used_protocols(v: DBusValue) -> frozenset[str]:
+_FLAT_PROTOCOLS = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42", "9P")
+
+
+def _used_protocols(middle: tuple[DBusValue, ...]) -> frozenset[str]:
+    """The protocol flags of a ShowExports/ShowClients row: ganesha 4.x+ sends one struct
+    of (name, used) pairs; older releases sent bare booleans in a fixed order."""
     used: set[str] = set()
-    for item in _tuple(v):
-        name, flag = _tuple(item)
+    if len(middle) == 1 and isinstance(middle[0], tuple):
+        for item in middle[0]:
+            name, flag = _tuple(item)
+            if flag is True:
+                used.add(_str(name))
+        return frozenset(used)
+    for name, flag in zip(_FLAT_PROTOCOLS, middle, strict=False):
         if flag is True:
-            used.add(_str(name))
+            used.add(name)
     return frozenset(used)
 
 
@@ -432,8 +442,9 @@ def parse_show_exports(text: str) -> tuple[float, list[ExportActivity]]:
     stamp, rows = values[0], values[1]
     out: list[ExportActivity] = []
     for row in _list(rows):
-        eid, path, protos, last = _tuple(row)
-        out.append(ExportActivity(_int(eid), _str(path), _used_protocols(protos), _timestamp(last)))
+        eid, path, *protos, last = _tuple(row)
+        out.append(ExportActivity(_int(eid), _str(path), _used_protocols(tuple(protos)),
+                                  _timestamp(last)))
     return _timestamp(stamp), out
 
 
@@ -469,8 +480,8 @@ def parse_show_clients(text: str) -> tuple[float, list[ClientActivity]]:
     stamp, rows = values[0], values[1]
     out: list[ClientActivity] = []
     for row in _list(rows):
-        addr, protos, last = _tuple(row)
-        out.append(ClientActivity(_str(addr), _used_protocols(protos), _timestamp(last)))
+        addr, *protos, last = _tuple(row)
+        out.append(ClientActivity(_str(addr), _used_protocols(tuple(protos)), _timestamp(last)))
     return _timestamp(stamp), out
 
 

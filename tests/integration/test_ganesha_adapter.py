@@ -6,6 +6,7 @@ Everything happens live over DBus; the ganesha PID is checked to be unchanged.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -47,8 +48,19 @@ def test_exports_live_write_read_update_remove(ganesha_env: GaneshaHarness) -> N
     assert Path(a, "disk-a.vmdk").read_bytes() == payload_a
     assert h.nfs_ls(a) == ["disk-a.vmdk"]
 
-    # ganesha can tell the client that used the export (see Ganesha.connected_clients)
+    assert Path(a, "disk-a.vmdk").stat().st_uid == 0  # No_Root_Squash: root stays root
+
+    # ganesha can tell the client that used the export (see Ganesha.connected_clients);
+    # an export nobody has touched yet reports nobody, although the same client is
+    # active on another export; after the activity window nobody either.
     assert g.connected_clients(101) == ["127.0.0.1"]
+    idle = h.make_export_dir("ds-idle")
+    g.add_export(nfs3(103, idle))
+    assert g.connected_clients(103) == []
+    time.sleep(1.2)
+    assert h.adapter(active_window=1.0).connected_clients(101) == []
+    assert h.adapter(active_window=None).connected_clients(101) == ["127.0.0.1"]
+    g.remove_export(103)
 
     # RW -> RO live: reads still work, a write is refused with NFS3ERR_ROFS
     g.update_export(nfs3(101, a, RO))

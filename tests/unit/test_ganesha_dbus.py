@@ -310,3 +310,32 @@ def test_bad_ids_refused(g: Ganesha, bad: int) -> None:
         g.remove_export(bad)
     with pytest.raises(InvalidInput):
         g.connected_clients(bad)
+
+
+def test_parse_show_exports_flat_flags_of_older_ganesha() -> None:
+    flat = HEADER + """   struct {
+      uint64 10
+      uint64 0
+   }
+   array [
+      struct {
+         uint16 7
+         string "/old"
+         boolean true
+         boolean true
+         boolean false
+         boolean false
+         boolean false
+         boolean true
+         boolean false
+         boolean false
+         struct {
+            uint64 5
+            uint64 500000000
+         }
+      }
+   ]
+"""
+    _, rows = parse_show_exports(flat)
+    assert rows[0].protocols_used == {"NFSv3", "MNT", "NFSv41"}
+    assert rows[0].last_activity == 5.5
