@@ -8,12 +8,15 @@ configfs match it exactly (``apply_target``) and reads it back (``list_targets``
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Mapping
+import stat
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from appliance.errors import InvalidInput
+from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, Unavailable
 
 # VAAI and thin-provisioning attributes ZDS sets on every zvol LUN (ESXi needs them).
 VAAI_ATTRIBUTES: Mapping[str, int] = {
@@ -154,3 +157,266 @@ def check_spec(spec: TargetSpec) -> None:
     for host, port in spec.portals:
         if not 0 < port < 65536 or not re.fullmatch(r"[0-9a-fA-F.:\[\]]+", host):
             raise InvalidInput(f"portal {host}:{port} is not an IP address and port")
+
+
+# TPG attributes apply_target enforces (authentication is 1 when any ACL has CHAP).
+TPG_ATTRIBUTES: Mapping[str, int] = {
+    "generate_node_acls": 0,  # only initiators with an ACL may log in
+    "demo_mode_write_protect": 1,
+    "cache_dynamic_acls": 0,
+}
+
+
+def _is_block_device(path: str) -> bool:
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+class Lio:
+    """:class:`LioHost` on the kernel target through rtslib-fb, in this process.
+
+    rtslib (Debian's python3-rtslib-fb) is imported inside the methods, so this module
+    imports on hosts without it; there every call raises ``Unavailable``. Only block
+    backstores and TPG 1 are managed. ``device_check`` decides whether a LUN device
+    exists (default: it is a block device node).
+    """
+
+    def __init__(self, device_check: Callable[[str], bool] = _is_block_device) -> None:
+        self._device_check = device_check
+
+    # ---- rtslib plumbing ----------------------------------------------------------
+    @staticmethod
+    def _rtslib() -> Any:
+        try:
+            import rtslib_fb
+        except ImportError as exc:
+            raise Unavailable("LIO is not available: python3-rtslib-fb is not installed") from exc
+        return rtslib_fb
+
+    @contextmanager
+    def _session(self, what: str) -> Iterator[tuple[Any, Any, Any]]:
+        """(rtslib module, RTSRoot, iSCSI fabric); rtslib/OS errors become engine errors."""
+        rtslib = self._rtslib()
+        try:
+            root = rtslib.RTSRoot()
+            fabric = rtslib.FabricModule("iscsi")
+        except (rtslib.RTSLibError, OSError) as exc:
+            raise Unavailable(f"LIO is not available ({what}): {exc}") from exc
+        try:
+            yield rtslib, root, fabric
+        except rtslib.RTSLibError as exc:
+            text = str(exc)
+            if "in use" in text or "busy" in text.lower():
+                raise Conflict(f"LIO refused to {what}: {text}") from exc
+            raise HostCommandFailed(f"LIO failed to {what}: {text}") from exc
+        except OSError as exc:
+            raise HostCommandFailed(f"LIO failed to {what}: {exc}") from exc
+
+    @staticmethod
+    def _block_objects(root: Any) -> dict[str, Any]:
+        return {so.name: so for so in root.storage_objects if so.plugin == "block"}
+
+    @staticmethod
+    def _find_target(rtslib: Any, fabric: Any, iqn: str) -> Any | None:
+        if not fabric.exists:
+            return None
+        try:
+            return rtslib.Target(fabric, iqn, mode="lookup")
+        except rtslib.RTSLibError:
+            return None
+
+    @staticmethod
+    def _tpg1(rtslib: Any, target: Any) -> Any | None:
+        try:
+            return rtslib.TPG(target, 1, mode="lookup")
+        except rtslib.RTSLibError:
+            return None
+
+    # ---- LioHost ------------------------------------------------------------------
+    def available(self) -> bool:
+        try:
+            with self._session("read the configuration") as (_rtslib, root, fabric):
+                fabric._check_self()  # loads iscsi_target_mod if needed
+                list(root.storage_objects)
+        except (Unavailable, HostCommandFailed):
+            return False
+        return True
+
+    def list_backstores(self) -> list[str]:
+        with self._session("list backstores") as (_rtslib, root, _fabric):
+            return sorted(self._block_objects(root))
+
+    def list_targets(self) -> list[LiveTarget]:
+        out: list[LiveTarget] = []
+        with self._session("list targets") as (rtslib, _root, fabric):
+            if not fabric.exists:
+                return []
+            for target in fabric.targets:
+                tpg = self._tpg1(rtslib, target)
+                if tpg is None:
+                    out.append(LiveTarget(TargetSpec(target.wwn, (), (), ())))
+                    continue
+                out.append(self._read_target(target, tpg))
+        return sorted(out, key=lambda t: t.spec.iqn)
+
+    @staticmethod
+    def _read_target(target: Any, tpg: Any) -> LiveTarget:
+        luns: list[LunSpec] = []
+        for lun in tpg.luns:
+            so = lun.storage_object
+            attrs = {k: int(so.get_attribute(k)) for k in VAAI_ATTRIBUTES}
+            luns.append(LunSpec(backstore=so.name, device=so.udev_path, serial=so.wwn,
+                                lun=int(lun.lun), attributes=attrs))
+        acls: list[AclSpec] = []
+        sessions: list[str] = []
+        for acl in tpg.node_acls:
+            user = acl.chap_userid or ""
+            chap = None
+            if user:
+                muser = acl.chap_mutual_userid or None
+                chap = Chap(user, acl.chap_password or "", muser,
+                            (acl.chap_mutual_password or None) if muser else None)
+            acls.append(AclSpec(acl.node_wwn, chap))
+            if acl.session:
+                sessions.append(acl.node_wwn)
+        portals = sorted((np.ip_address, int(np.port)) for np in tpg.network_portals)
+        spec = TargetSpec(iqn=target.wwn, luns=tuple(sorted(luns, key=lambda x: x.lun)),
+                          acls=tuple(sorted(acls, key=lambda a: a.initiator)),
+                          portals=tuple(portals))
+        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)))
+
+    def tpg_attributes(self, iqn: str) -> dict[str, int]:
+        with self._session("read TPG attributes") as (rtslib, _root, fabric):
+            target = self._find_target(rtslib, fabric, iqn)
+            tpg = self._tpg1(rtslib, target) if target is not None else None
+            if tpg is None:
+                raise NotFound(f"iSCSI target {iqn} does not exist")
+            attrs = {k: int(tpg.get_attribute(k))
+                     for k in ("authentication", *TPG_ATTRIBUTES)}
+            attrs["enable"] = int(bool(tpg.enable))
+            return attrs
+
+    def apply_target(self, spec: TargetSpec) -> None:
+        check_spec(spec)
+        for lun in spec.luns:
+            if not self._device_check(lun.device):
+                raise NotFound(f"cannot export {lun.device}: no such block device")
+        with self._session(f"configure target {spec.iqn}") as (rtslib, root, fabric):
+            self._check_backstores(root, spec)
+            target = rtslib.Target(fabric, spec.iqn, mode="any")
+            tpg: Any = rtslib.TPG(target, 1, mode="any")
+            # portals
+            have = {(np.ip_address, int(np.port)): np for np in tpg.network_portals}
+            for addr, np in have.items():
+                if addr not in spec.portals:
+                    np.delete()
+            for host, port in spec.portals:
+                if (host, port) not in have:
+                    rtslib.NetworkPortal(tpg, host, port, mode="create")
+            # LUNs: drop the ones not wanted (their mapped LUNs go with them)
+            wanted = {lun.lun: lun for lun in spec.luns}
+            dropped: set[str] = set()
+            for lun in list(tpg.luns):
+                want = wanted.get(int(lun.lun))
+                name = lun.storage_object.name
+                if want is None or want.backstore != name:
+                    dropped.add(name)
+                    lun.delete()
+            objects = self._block_objects(root)
+            for lun_spec in spec.luns:
+                so = objects.get(lun_spec.backstore)
+                if so is not None and (so.udev_path != lun_spec.device
+                                       or so.wwn != lun_spec.serial):
+                    so.delete()  # also deletes this target's LUNs on it
+                    so = None
+                if so is None:
+                    # the unit serial is set before the LUN is exported: stable NAA WWN
+                    so = rtslib.BlockStorageObject(lun_spec.backstore, dev=lun_spec.device,
+                                                   wwn=lun_spec.serial)
+                for akey, aval in lun_spec.attributes.items():
+                    if so.get_attribute(akey).strip() != str(int(aval)):
+                        so.set_attribute(akey, str(int(aval)))
+                objects[lun_spec.backstore] = so
+            have_luns = {int(lun.lun): lun for lun in tpg.luns}
+            for n, lun_spec in wanted.items():
+                if n not in have_luns:
+                    rtslib.LUN(tpg, n, objects[lun_spec.backstore])
+            for name in dropped - {lun.backstore for lun in spec.luns}:
+                so = self._block_objects(root).get(name)
+                if so is not None and not list(so.attached_luns):
+                    so.delete()
+            # TPG attributes before ACLs, so no initiator gets in without CHAP
+            want_attrs = {**TPG_ATTRIBUTES,
+                          "authentication": int(any(a.chap for a in spec.acls))}
+            for tkey, tval in want_attrs.items():
+                if tpg.get_attribute(tkey).strip() != str(tval):
+                    tpg.set_attribute(tkey, str(tval))
+            # ACLs
+            wanted_acls = {a.initiator: a for a in spec.acls}
+            for acl in list(tpg.node_acls):
+                if acl.node_wwn not in wanted_acls:
+                    acl.delete()  # ends that initiator's session
+            for acl_spec in spec.acls:
+                acl = rtslib.NodeACL(tpg, acl_spec.initiator, mode="any")
+                c = acl_spec.chap
+                values = {
+                    "chap_userid": c.user if c else "",
+                    "chap_password": c.password if c else "",
+                    "chap_mutual_userid": (c.mutual_user or "") if c else "",
+                    "chap_mutual_password": (c.mutual_password or "") if c else "",
+                }
+                for attr, text in values.items():
+                    if (getattr(acl, attr) or "") != text:
+                        setattr(acl, attr, text)
+                current: set[int] = set()
+                for m in list(acl.mapped_luns):
+                    if int(m.mapped_lun) not in wanted or int(m.tpg_lun.lun) != int(m.mapped_lun):
+                        m.delete()
+                    else:
+                        current.add(int(m.mapped_lun))
+                for n in wanted:
+                    if n not in current:
+                        rtslib.MappedLUN(acl, n, tpg_lun=n)
+            if not tpg.enable:
+                tpg.enable = True
+
+    def _check_backstores(self, root: Any, spec: TargetSpec) -> None:
+        """Refuses (before changing anything) a backstore name or device that another
+        target already exports with a different device/serial."""
+        objects = self._block_objects(root)
+        for lun in spec.luns:
+            so = objects.get(lun.backstore)
+            if so is not None and (so.udev_path != lun.device or so.wwn != lun.serial):
+                users = {x.parent_tpg.parent_target.wwn for x in so.attached_luns}
+                users.discard(spec.iqn)
+                if users:
+                    raise Conflict(f"backstore {lun.backstore} is exported by "
+                                   f"{sorted(users)[0]} with another device or serial")
+            for other in objects.values():
+                if other.name != lun.backstore and other.udev_path == lun.device:
+                    raise Conflict(f"{lun.device} is already used by backstore {other.name}")
+
+    def remove_target(self, iqn: str) -> None:
+        with self._session(f"remove target {iqn}") as (rtslib, root, fabric):
+            target = self._find_target(rtslib, fabric, iqn)
+            if target is None:
+                return
+            names = {lun.storage_object.name for tpg in target.tpgs for lun in tpg.luns}
+            target.delete()
+            objects = self._block_objects(root)
+            for name in names:
+                so = objects.get(name)
+                if so is not None and not list(so.attached_luns):
+                    so.delete()
+
+    def remove_backstore(self, name: str) -> None:
+        with self._session(f"remove backstore {name}") as (_rtslib, root, _fabric):
+            so = self._block_objects(root).get(name)
+            if so is None:
+                return
+            users = sorted({lun.parent_tpg.parent_target.wwn for lun in so.attached_luns})
+            if users:
+                raise Conflict(f"backstore {name} is still exported by {', '.join(users)}")
+            so.delete()

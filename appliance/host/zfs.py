@@ -257,23 +257,26 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   The ZFS modules are not loaded.
 #   Try running 'modprobe zfs' as root to load them.
 _UNAVAILABLE = ("modules are not loaded", "failed to initialize the libzfs library",
-                "/dev/zfs", "modprobe zfs")
+                "/dev/zfs", "modprobe zfs", "currently suspended", "pool is unavailable")
 _NO_SPACE = ("out of space", "greater than available space", "no space left",
              "insufficient space")
 _CONFLICT = ("already exists", "is part of active pool", "is part of exported pool",
              "is part of potentially active pool", "is in use", "contains a filesystem",
              "is busy", "has children", "has dependent clones", "more recent snapshots",
              "clones of previous snapshots", "less than current used or reserved",
-             "device or resource busy", "currently scrubbing", "is a member of")
+             "device or resource busy", "currently scrubbing", "pool or dataset exists",
+             "reserved as a hot spare", "in use as a cache", "currently resilvering",
+             "is read-only", "has active shared spare")
 _NOT_FOUND = ("does not exist", "no such pool", "no such device", "no such file",
               "cannot resolve path", "could not find any snapshots", "not found",
-              "no pools available")
+              "no pools available", "currently unavailable")
 _INVALID = ("invalid", "bad property value", "bad numeric value", "must be a multiple",
             "must be one of", "must be power of", "must be a power of", "cannot be zero",
             "is readonly", "does not apply", "less than the minimum size", "bad mount point",
             "property cannot", "too long", "not supported", "can not be set",
             "can not be modified", "operation does not apply to pools", "too small",
-            "must be an absolute path")
+            "must be an absolute path", "read-only property", "doesn't apply",
+            "not applicable", "out of range")
 
 
 def classify_error(exc: CommandError) -> ZdsError:
