@@ -153,12 +153,12 @@ class Engine:
         for rec in self.store.list_datastores():
             if rec.name in exclude or rec.state not in ("creating", "ready"):
                 continue
-            ds = datasets.get(rec.spec.dataset)
-            if ds is None:
+            info = datasets.get(rec.spec.dataset)
+            if info is None:
                 continue
             if rec.spec.is_nfs:
-                mountpoint = ds.prop("mountpoint")
-                if mountpoint.startswith("/") and ds.prop("mounted", "yes") == "yes":
+                mountpoint = info.prop("mountpoint")
+                if mountpoint.startswith("/") and info.prop("mounted", "yes") == "yes":
                     exports.append(rc.export_spec(rec, mountpoint))
             else:
                 targets.append(rc.target_spec(rec, self.zfs.zvol_device(rec.spec.dataset),

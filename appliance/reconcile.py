@@ -129,7 +129,7 @@ def plan(
     """
     actions: list[Action] = []
     live_by_id = {e.export_id: e for e in live_exports}
-    wanted_ids = set()
+    wanted_ids: set[int] = set()
     for spec in exports:
         wanted_ids.add(spec.export_id)
         live = live_by_id.get(spec.export_id)
@@ -145,8 +145,8 @@ def plan(
                                   f"export of {live.path} is not desired"))
 
     live_targets_by_iqn = {t.spec.iqn: t for t in live_targets}
-    wanted_iqns = set()
-    wanted_backstores = set()
+    wanted_iqns: set[str] = set()
+    wanted_backstores: set[str] = set()
     for target in targets:
         wanted_iqns.add(target.iqn)
         wanted_backstores.update(lun.backstore for lun in target.luns)
@@ -157,7 +157,7 @@ def plan(
         elif not target_matches(target, live_t.spec):
             actions.append(Action("apply_target", target.iqn, "target differs from desired",
                                   target=target))
-    removed_backstores = set()
+    removed_backstores: set[str] = set()
     for live_t in live_targets:
         iqn = live_t.spec.iqn
         if iqn.startswith(iqn_prefix + ":") and iqn not in wanted_iqns:

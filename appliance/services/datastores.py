@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 import re
 import time
@@ -456,7 +457,7 @@ class DatastoreService:
             self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
         self.engine.store.delete_datastore(rec.name)
 
-    def dependent_clones(self, rec: DatastoreRecord) -> list[str]:
+    def dependent_clones(self, rec: DatastoreRecord) -> builtins.list[str]:
         prefix = rec.spec.dataset + "@"
         return [r.name for r in self.engine.store.list_datastores()
                 if r.origin and r.origin.startswith(prefix)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,7 @@ class InitiatorGroupService:
             raise NotFound(f"initiator group {name!r} not found")
         return GroupView(group, self._used_by(name))
 
-    def put(self, name: str, initiators: list[str]) -> tuple[GroupView, bool]:
+    def put(self, name: str, initiators: builtins.list[str]) -> tuple[GroupView, bool]:
         validate.resource_name(name, "initiator group name")
         iqns = tuple(sorted({validate.iqn(i) for i in initiators}))
         with self.engine.lock:

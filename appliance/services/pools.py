@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import builtins
 import time
-from pathlib import Path
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from appliance import validate
@@ -201,7 +202,7 @@ class PoolService:
 
         return self.engine.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}")
 
-    def importable(self) -> list[str]:
+    def importable(self) -> builtins.list[str]:
         self._zfs_up()
         return self.engine.zfs.importable_pools()
 

@@ -13,7 +13,7 @@ from api.app import create_app
 from appliance.engine import Engine
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.lio import FakeLio
-from appliance.host.fakes.zfs import GiB, FakeZfs
+from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.local import FakeLocalHost
 from appliance.services.pools import ROOT_FS_PROPERTIES
 from appliance.settings import Settings

@@ -1,0 +1,312 @@
+"""Snapshots, clones, initiator groups, pools, jobs, auth, system through the API."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from api.app import create_app
+from appliance.engine import Engine
+from appliance.host.fakes.zfs import GiB
+from appliance.model import DatastoreRecord
+from appliance.store import Store
+from tests.unit.conftest import Rig, make_rig
+from tests.unit.test_api_datastores import ESX, ESX2, iscsi_body, nfs_body
+
+API = "/api/v1"
+
+
+# --- snapshots and clones -------------------------------------------------------------
+
+def test_snapshot_rollback_and_clone(client: TestClient, rig: Rig) -> None:
+    client.put(f"{API}/datastores/ds", json=nfs_body())
+    rig.zfs.write("tank/datastores/ds", 1 << 30)
+    r = client.post(f"{API}/datastores/ds/snapshots", json={"name": "s1"})
+    assert r.status_code == 201 and r.json()["full_name"] == "tank/datastores/ds@s1"
+    assert client.post(f"{API}/datastores/ds/snapshots", json={"name": "s1"}).status_code == 409
+    time.sleep(1.01)  # snapshot creation times have 1 s resolution
+    client.post(f"{API}/datastores/ds/snapshots", json={"name": "s2"})
+    assert [s["name"] for s in client.get(f"{API}/datastores/ds/snapshots").json()] == [
+        "s1", "s2"]
+    r = client.post(f"{API}/datastores/ds/snapshots/s1/rollback", json={})
+    assert r.status_code == 409 and "s2" in r.json()["error"]["message"]
+    r = client.post(f"{API}/datastores/ds/snapshots/s1/rollback", json={"destroy_newer": True})
+    assert r.status_code == 200, r.text
+    assert [s["name"] for s in client.get(f"{API}/datastores/ds/snapshots").json()] == ["s1"]
+
+    r = client.post(f"{API}/datastores/ds/snapshots/s1/clones", json={"name": "ds-copy"})
+    assert r.status_code == 201, r.text
+    c = r.json()
+    src = client.get(f"{API}/datastores/ds").json()
+    assert c["origin"] == "tank/datastores/ds@s1"
+    assert c["nfs"]["export_id"] != src["nfs"]["export_id"] and c["serving"]
+    assert client.get(f"{API}/datastores/ds/snapshots/s1").json()["clones"] == ["ds-copy"]
+    r = client.delete(f"{API}/datastores/ds/snapshots/s1")
+    assert r.status_code == 409 and "ds-copy" in r.json()["error"]["message"]
+    assert client.delete(f"{API}/datastores/ds").status_code == 409
+    assert client.delete(f"{API}/datastores/ds-copy", params={"wait": 10}).json()["state"] == \
+        "succeeded"
+    assert client.delete(f"{API}/datastores/ds/snapshots/s1").status_code == 204
+    assert client.get(f"{API}/datastores/ds/snapshots/s1").status_code == 404
+    assert client.post(f"{API}/datastores/ds/snapshots",
+                       json={"name": "bad name"}).status_code == 422
+
+
+def test_iscsi_clone_gets_new_identity_and_rollback_guard(client: TestClient, rig: Rig) -> None:
+    d = client.put(f"{API}/datastores/lun", json=iscsi_body()).json()
+    client.post(f"{API}/datastores/lun/snapshots", json={"name": "s1"})
+    rig.lio.login(d["iscsi"]["iqn"], ESX)
+    r = client.post(f"{API}/datastores/lun/snapshots/s1/rollback", json={})
+    assert r.status_code == 409 and ESX in r.json()["error"]["message"]
+    r = client.post(f"{API}/datastores/lun/snapshots/s1/rollback", json={"force": True})
+    assert r.status_code == 200
+    assert client.get(f"{API}/system/drift").json()["in_sync"] is True
+    c = client.post(f"{API}/datastores/lun/snapshots/s1/clones",
+                    json={"name": "lun-copy", "iscsi": {"initiators": [ESX2]}}).json()
+    assert c["iscsi"]["serial"] != d["iscsi"]["serial"]
+    assert c["iscsi"]["wwn"] != d["iscsi"]["wwn"] and c["iscsi"]["initiators"] == [ESX2]
+    assert len(rig.lio.list_targets()) == 2
+
+
+# --- initiator groups -----------------------------------------------------------------
+
+def test_initiator_groups(client: TestClient, rig: Rig) -> None:
+    r = client.put(f"{API}/initiator-groups/esx", json={"initiators": [ESX]})
+    assert r.status_code == 201
+    assert client.put(f"{API}/initiator-groups/esx", json={"initiators": [ESX]}).status_code \
+        == 200
+    d = client.put(f"{API}/datastores/lun", json=iscsi_body(
+        iscsi={"initiator_groups": ["esx"]})).json()
+    (t,) = rig.lio.list_targets()
+    assert [a.initiator for a in t.spec.acls] == [ESX]
+    client.put(f"{API}/initiator-groups/esx", json={"initiators": [ESX, ESX2]})
+    (t,) = rig.lio.list_targets()
+    assert {a.initiator for a in t.spec.acls} == {ESX, ESX2}
+    assert client.get(f"{API}/initiator-groups/esx").json()["used_by"] == [d["name"]]
+    r = client.delete(f"{API}/initiator-groups/esx")
+    assert r.status_code == 409 and "lun" in r.json()["error"]["message"]
+    bad = client.put(f"{API}/initiator-groups/esx2", json={"initiators": ["not-an-iqn"]})
+    assert bad.status_code == 422
+    assert client.get(f"{API}/initiator-groups/esx2").status_code == 404
+
+
+# --- pools ----------------------------------------------------------------------------
+
+def test_pools(client: TestClient, rig: Rig) -> None:
+    pools = client.get(f"{API}/pools").json()
+    assert [p["name"] for p in pools] == ["tank"] and pools[0]["health"] == "ONLINE"
+    detail = client.get(f"{API}/pools/tank").json()
+    assert detail["vdevs"]["name"] == "tank" and detail["vdevs"]["children"]
+    body = {"name": "fast", "vdevs": [{"type": "mirror", "disks": [
+        "/dev/disk/by-id/virtio-spare1", "/dev/disk/by-id/virtio-spare2"]}],
+        "log": [{"type": "disk", "disks": ["/dev/disk/by-id/virtio-spare3"]}]}
+    r = client.post(f"{API}/pools", json=body, params={"wait": 10})
+    assert r.status_code == 202 and r.json()["state"] == "succeeded", r.text
+    tree = client.get(f"{API}/pools/fast").json()["vdevs"]
+    assert any(c["name"] == "logs" for c in tree["children"])
+    assert client.post(f"{API}/pools", json=body).status_code == 409  # exists
+    # same disks again under a new name: zpool refuses a disk in use -> the job fails
+    body2 = {**body, "name": "again"}
+    job = client.post(f"{API}/pools", json=body2, params={"wait": 10}).json()
+    assert job["state"] == "failed" and job["error"]["message"]
+    missing = {"name": "p2", "vdevs": [{"type": "disk", "disks": ["/dev/disk/by-id/nope"]}]}
+    r = client.post(f"{API}/pools", json=missing)
+    assert r.status_code == 404 and "nope" in r.json()["error"]["message"]
+    bad = {"name": "p3", "vdevs": [{"type": "mirror", "disks": ["/dev/disk/by-id/virtio-spare4"]}]}
+    assert client.post(f"{API}/pools", json=bad).status_code == 422
+    assert client.post(f"{API}/pools", json={"name": "raidz", "vdevs": []}).status_code == 422
+
+
+def test_sparse_demo_pool_scrub_export_import(client: TestClient, rig: Rig) -> None:
+    for i in range(2):
+        rig.zfs.add_disk(str(rig.engine.settings.state_dir / "pools" / "demo" / f"disk{i}.img"),
+                         8 * GiB)
+    r = client.post(f"{API}/pools", json={"name": "demo", "sparse_files": {
+        "count": 2, "size": "8G"}}, params={"wait": 10})
+    assert r.json()["state"] == "succeeded", r.text
+    assert client.get(f"{API}/pools/demo").json()["demo"] is True
+    assert len(rig.local.sparse_files) == 2
+    r = client.post(f"{API}/pools/demo/scrub", params={"wait": 10})
+    assert r.json()["state"] == "succeeded" and "scrub" in r.json()["result"]["scan"]
+    client.put(f"{API}/datastores/onfast", json=nfs_body(pool="demo", size="1G"))
+    assert client.post(f"{API}/pools/demo/export").status_code == 409
+    r = client.post(f"{API}/pools/demo/export", params={"force": True, "wait": 10})
+    assert r.json()["state"] == "succeeded", r.text
+    assert rig.ganesha.list_exports() == []
+    ds = client.get(f"{API}/datastores/onfast").json()
+    assert ds["online"] is False and ds["serving"] is False
+    assert "demo" in client.get(f"{API}/pools/importable").json()
+    # the records go away (a fresh appliance): import adopts them from zds:* properties
+    rig.engine.store.delete_datastore("onfast")
+    r = client.post(f"{API}/pools/demo/import", params={"wait": 10})
+    assert r.json()["state"] == "succeeded" and r.json()["result"]["adopted"] == ["onfast"]
+    ds = client.get(f"{API}/datastores/onfast").json()
+    assert ds["serving"] is True and ds["nfs"]["path"] == "/demo/datastores/onfast"
+
+
+# --- jobs, auth, system ---------------------------------------------------------------
+
+def test_jobs_listing_and_errors(client: TestClient) -> None:
+    client.put(f"{API}/datastores/ds", json=nfs_body())
+    job = client.delete(f"{API}/datastores/ds").json()
+    done = client.get(f"{API}/jobs/{job['id']}", params={"wait": 10}).json()
+    assert done["state"] == "succeeded" and done["finished"] >= done["created"]
+    assert any(j["id"] == job["id"] for j in client.get(f"{API}/jobs").json())
+    assert client.get(f"{API}/jobs/nope").status_code == 404
+    assert client.post(f"{API}/jobs/{job['id']}/cancel").status_code == 409
+
+
+def test_jobs_survive_restart_as_failed(tmp_path: Path) -> None:
+    store = Store(tmp_path / "zds.db")
+    with store.connect() as db:
+        db.execute("INSERT INTO jobs (id, kind, state, created) VALUES "
+                   "('j1', 'pool.scrub', 'running', 1.0), ('j2', 'x', 'succeeded', 1.0)")
+    store.close()
+    rig = make_rig(tmp_path)
+    rig.engine.start()
+    assert rig.engine.jobs.get("j1").state == "failed"
+    assert rig.engine.jobs.get("j1").error == {
+        "code": "interrupted", "message": "the API stopped while this job was running"}
+    assert rig.engine.jobs.get("j2").state == "succeeded"
+    rig.engine.close()
+
+
+def test_auth(rig: Rig) -> None:
+    app = create_app(rig.engine, start=False)
+    ro = rig.engine.tokens.create("viewer", "readonly")
+    admin = rig.engine.tokens.create("boss", "admin")
+    with TestClient(app) as c:
+        assert c.get(f"{API}/system/health").status_code == 200  # no token needed
+        r = c.get(f"{API}/datastores")
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer"
+        bad = {"Authorization": "Bearer zds_000000000000_" + "x" * 43}
+        assert c.get(f"{API}/datastores", headers=bad).status_code == 401
+        forged = {"Authorization": f"Bearer {admin[:-1]}{'A' if admin[-1] != 'A' else 'B'}"}
+        assert c.get(f"{API}/datastores", headers=forged).status_code == 401
+        h = {"Authorization": f"Bearer {ro}"}
+        assert c.get(f"{API}/datastores", headers=h).status_code == 200
+        r = c.put(f"{API}/datastores/x", json=nfs_body(), headers=h)
+        assert r.status_code == 403 and rig.engine.store.get_datastore("x") is None
+        h = {"Authorization": f"Bearer {admin}"}
+        assert c.put(f"{API}/datastores/x", json=nfs_body(), headers=h).status_code == 201
+        token_id = admin.split("_")[1]
+        rig.engine.tokens.revoke(token_id)
+        assert c.get(f"{API}/datastores", headers=h).status_code == 401
+    row: dict[str, Any] | None = rig.engine.store.get_token(ro.split("_")[1])
+    assert row is not None and ro.split("_")[2] not in str(row)  # only the hash is stored
+
+
+def test_health_and_drift_repair(client: TestClient, rig: Rig) -> None:
+    client.put(f"{API}/datastores/ds", json=nfs_body())
+    d = client.put(f"{API}/datastores/lun", json=iscsi_body()).json()
+    assert client.get(f"{API}/system/health").json()["status"] == "ok"
+    rig.ganesha.restart()  # ganesha lost its exports
+    rig.lio.remove_target(d["iscsi"]["iqn"])  # someone removed a target by hand
+    drift = client.get(f"{API}/system/drift").json()
+    assert drift["in_sync"] is False
+    assert {i["kind"] for i in drift["items"]} == {"add_export", "apply_target"}
+    h = client.get(f"{API}/system/health").json()
+    assert h["status"] == "degraded" and h["in_sync"] is False
+    r = client.post(f"{API}/system/reconcile").json()
+    assert len(r["applied"]) == 2 and r["errors"] == []
+    assert client.get(f"{API}/system/drift").json() == {"in_sync": True, "items": []}
+    rig.ganesha.down = True
+    h = client.get(f"{API}/system/health").json()
+    assert h["status"] == "degraded" and h["components"]["ganesha"]["ok"] is False
+    rig.zfs.down = True
+    assert client.get(f"{API}/system/health").status_code == 503
+    assert client.get(f"{API}/system/version").json()["zds"]
+
+
+def test_startup_finishes_interrupted_work_and_adopts(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    rig.engine.start()
+    app_client = TestClient(create_app(rig.engine, start=False))
+    app_client.headers["Authorization"] = "Bearer " + rig.engine.tokens.create("a", "admin")
+    app_client.put(f"{API}/datastores/keep", json=nfs_body())
+    app_client.put(f"{API}/datastores/gone", json=iscsi_body())
+    spec = rig.engine.datastores.validate_request("half", _req())
+    # a crash after recording intent, before zfs create
+    rig.engine.store.put_datastore(DatastoreRecord(spec, "creating", export_id=150))
+    # a crash in the middle of a delete
+    gone = rig.engine.store.get_datastore("gone")
+    assert gone is not None
+    rig.engine.store.put_datastore(gone.with_state("deleting"))
+    # the database lost a record the pool still describes
+    rig.engine.store.delete_datastore("keep")
+    rig.ganesha.restart()
+    report = rig.engine.start()
+    assert report.errors == []
+    names = {r.name: r.state for r in rig.engine.store.list_datastores()}
+    assert names == {"half": "ready", "keep": "ready"}
+    assert {e.path for e in rig.ganesha.list_exports()} == {
+        "/tank/datastores/half", "/tank/datastores/keep"}
+    assert rig.lio.list_targets() == []
+    assert rig.zfs.get_dataset("tank/datastores/gone") is None
+    assert rig.engine.system.drift().in_sync
+    assert rig.engine.store.next_export_id() > 150
+    rig.engine.close()
+
+
+def _req() -> Any:
+    from appliance.services.datastores import DatastoreRequest
+
+    return DatastoreRequest(protocol="nfs3", size="1G")
+
+
+def test_openapi_lists_every_resource() -> None:
+    from api.openapi import openapi_document
+
+    doc = openapi_document()
+    paths = set(doc["paths"])
+    for p in ["/api/v1/datastores", "/api/v1/datastores/{name}",
+              "/api/v1/datastores/{name}/snapshots",
+              "/api/v1/datastores/{name}/snapshots/{snapshot}/rollback",
+              "/api/v1/datastores/{name}/snapshots/{snapshot}/clones",
+              "/api/v1/datastores/{name}/attach", "/api/v1/pools", "/api/v1/pools/{name}",
+              "/api/v1/pools/{name}/scrub", "/api/v1/pools/{name}/export",
+              "/api/v1/pools/{name}/import", "/api/v1/initiator-groups/{name}",
+              "/api/v1/jobs/{job_id}", "/api/v1/system/health", "/api/v1/system/drift",
+              "/api/v1/system/version"]:
+        assert p in paths, p
+    put = doc["paths"]["/api/v1/datastores/{name}"]["put"]
+    schema = doc["components"]["schemas"]["DatastorePut"]
+    assert schema.get("examples") and "409" in put["responses"]
+
+
+def test_engine_never_imports_fastapi() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, appliance.engine, appliance.firstboot, appliance.services.datastores;"
+            "print('fastapi' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_firstboot_demo_pool_and_token(tmp_path: Path) -> None:
+    from appliance.firstboot import run_firstboot
+    from appliance.host.fakes.ganesha import FakeGanesha
+    from appliance.host.fakes.lio import FakeLio
+    from appliance.host.fakes.zfs import FakeZfs
+    from appliance.host.local import FakeLocalHost
+    from appliance.settings import Settings
+
+    settings = Settings().with_state_dir(tmp_path)
+    zfs = FakeZfs()
+    for i in range(2):
+        zfs.add_disk(str(tmp_path / "pools" / "tank" / f"disk{i}.img"), 8 * GiB)
+    local = FakeLocalHost(fw_cfg={"admin-token": "zds_0123456789ab_" + "t" * 43})
+    engine = Engine(settings, Store(tmp_path / "zds.db"), zfs, FakeLio(), FakeGanesha(), local)
+    result = run_firstboot(engine)
+    assert result.pool == "tank" and result.pool_created and result.demo_pool
+    assert result.token_source == "fw_cfg"
+    assert engine.tokens.verify(result.token).role == "admin"
+    assert local.files[str(settings.admin_token_file)] == result.token
+    again = run_firstboot(engine)  # idempotent
+    assert not again.pool_created and again.token == result.token
+    engine.close()
