@@ -1,0 +1,556 @@
+"""Boots the ZDS appliance image under QEMU on this host: `./zds-appliance run|stop|status|console`.
+
+One appliance per state directory (default ${ZDS_CACHE}/vm): a qcow2 overlay on the cached
+base image, sparse data disks with serials zdsdata0, zdsdata1 (kept across stop/start),
+OVMF variables, a pidfile, an HMP monitor socket and a serial log. Networking is QEMU user
+mode with restrict=on: the guest reaches nothing, the host reaches the API, NFS, mountd and
+iSCSI through hostfwd on 127.0.0.1 only. QEMU is stopped with system_powerdown on the
+monitor, then by the PID in its pidfile (checked to be ours), never by name.
+
+The e2e tests use the same :class:`Appliance` with test_control=True: a virtio-serial port
+plus the fw_cfg file opt/zds/test-control start a root command agent in the guest
+(images/overlay/usr/local/lib/zds/testctl.py), reached with :meth:`Appliance.exec`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from images.paths import cache_root, images_dir, vm_dir
+
+OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
+OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
+GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260}
+HEALTH_PATH = "/api/v1/system/health"
+DATA_DISK_SIZE = 8 * 1024**3
+
+
+class VmError(RuntimeError):
+    pass
+
+
+@dataclass
+class Ports:
+    """Host ports on 127.0.0.1 forwarded to the guest's API, NFS, mountd and iSCSI ports."""
+
+    api: int = 8443
+    nfs: int = 2049
+    mountd: int = 20048
+    iscsi: int = 3260
+
+    @classmethod
+    def random_free(cls) -> Ports:
+        socks = []
+        try:
+            for _ in GUEST_PORTS:
+                s = socket.socket()
+                s.bind(("127.0.0.1", 0))
+                socks.append(s)
+            return cls(*(s.getsockname()[1] for s in socks))
+        finally:
+            for s in socks:
+                s.close()
+
+    def hostfwd(self) -> str:
+        return ",".join(
+            f"hostfwd=tcp:127.0.0.1:{getattr(self, name)}-:{guest}"
+            for name, guest in GUEST_PORTS.items()
+        )
+
+
+def log(msg: str) -> None:
+    print(f"[vm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------- accel
+
+
+def _qemu_version() -> str:
+    out = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True,
+                         check=True).stdout
+    return out.splitlines()[0]
+
+
+def kvm_works(timeout: float = 20.0) -> bool:
+    """True if a KVM guest really runs here (/dev/kvm may exist while guests hang).
+
+    Boots the OVMF firmware alone under KVM and looks for its boot manager's output on the
+    serial port; the answer is cached per host kernel + QEMU version. ZDS_ACCEL=kvm|tcg
+    overrides the probe.
+    """
+    forced = os.environ.get("ZDS_ACCEL")
+    if forced in ("kvm", "tcg"):
+        return forced == "kvm"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    key = f"{os.uname().release} {_qemu_version()}"
+    cache = cache_root() / "kvm-probe.json"
+    with contextlib.suppress(OSError, ValueError):
+        known = json.loads(cache.read_text())
+        if known.get("key") == key:
+            return bool(known["works"])
+    works = _probe_kvm(timeout)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_text(json.dumps({"key": key, "works": works}))
+    return works
+
+
+def _probe_kvm(timeout: float) -> bool:
+    d = Path(os.environ.get("TMPDIR", "/tmp")) / f"zds-kvm-probe-{os.getpid()}"
+    d.mkdir(parents=True, exist_ok=True)
+    vars_fd = d / "vars.fd"
+    shutil.copy(OVMF_VARS, vars_fd)
+    log_path = d / "serial.log"
+    p = subprocess.Popen([
+        "qemu-system-x86_64", "-accel", "kvm", "-machine", "q35", "-cpu", "host", "-m", "256",
+        "-nodefaults", "-display", "none", "-no-reboot", "-net", "none",
+        "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+        "-drive", f"if=pflash,format=raw,unit=1,file={vars_fd}",
+        "-serial", f"file:{log_path}",
+    ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ok = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline and p.poll() is None:
+            text = log_path.read_bytes() if log_path.exists() else b""
+            if b"BdsDxe" in text or b"Shell" in text or b"UEFI" in text:
+                ok = True
+                break
+            time.sleep(0.5)
+    finally:
+        p.kill()
+        p.wait()
+        shutil.rmtree(d, ignore_errors=True)
+    return ok
+
+
+# ---------------------------------------------------------------------------- appliance
+
+
+@dataclass
+class Appliance:
+    """One QEMU instance of the appliance, with all its files in state_dir."""
+
+    state_dir: Path
+    base_image: Path
+    ports: Ports = field(default_factory=Ports)
+    data_disks: int = 2
+    data_disk_size: int = DATA_DISK_SIZE
+    test_control: bool = False
+    memory_mib: int = 4096
+    cpus: int = 2
+    _ctl: socket.socket | None = field(default=None, repr=False)
+    _ctl_buf: bytes = field(default=b"", repr=False)
+    _ctl_id: int = field(default=0, repr=False)
+
+    # -- files
+    @property
+    def pidfile(self) -> Path:
+        return self.state_dir / "qemu.pid"
+
+    @property
+    def monitor(self) -> Path:
+        return self.state_dir / "monitor.sock"
+
+    @property
+    def control_socket(self) -> Path:
+        return self.state_dir / "control.sock"
+
+    @property
+    def serial_log(self) -> Path:
+        return self.state_dir / "serial.log"
+
+    @property
+    def overlay(self) -> Path:
+        return self.state_dir / "system.qcow2"
+
+    @property
+    def token_file(self) -> Path:
+        return self.state_dir / "admin-token"
+
+    @property
+    def api_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports.api}"
+
+    def admin_token(self) -> str:
+        return self.token_file.read_text().strip()
+
+    def disk_path(self, i: int) -> Path:
+        return self.state_dir / f"zdsdata{i}.raw"
+
+    # -- lifecycle
+    def prepare(self, *, fresh_system: bool = False, fresh_data: bool = False) -> None:
+        """Creates the overlay, data disks, OVMF vars and admin token if missing."""
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        base_rec = self.state_dir / "base-image"
+        base = str(self.base_image.resolve())
+        if base_rec.exists() and base_rec.read_text() != base:
+            log("the base image changed: starting from a fresh system disk (data disks kept)")
+            fresh_system = True
+        if fresh_system or not self.overlay.exists():
+            self.overlay.unlink(missing_ok=True)
+            (self.state_dir / "ovmf-vars.fd").unlink(missing_ok=True)
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base,
+                            str(self.overlay)], check=True)
+            base_rec.write_text(base)
+        if not (self.state_dir / "ovmf-vars.fd").exists():
+            shutil.copy(OVMF_VARS, self.state_dir / "ovmf-vars.fd")
+        for i in range(self.data_disks):
+            p = self.disk_path(i)
+            if fresh_data:
+                p.unlink(missing_ok=True)
+            if not p.exists():
+                with p.open("wb") as f:
+                    f.truncate(self.data_disk_size)  # sparse
+        if not self.token_file.exists():
+            fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_urlsafe(32) + "\n")
+
+    def qemu_argv(self, kvm: bool) -> list[str]:
+        s = self.state_dir
+        accel = ["-accel", "kvm", "-cpu", "host"] if kvm else \
+            ["-accel", "tcg,thread=multi", "-cpu", "max"]
+        cache = "unsafe" if self.test_control else "writeback"
+        argv = [
+            "qemu-system-x86_64", "-name", "zds-appliance", "-machine", "q35", *accel,
+            "-smp", str(self.cpus), "-m", str(self.memory_mib),
+            "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
+            "-drive", f"if=pflash,format=raw,unit=1,file={s / 'ovmf-vars.fd'}",
+            "-drive", f"if=none,id=sys,file={self.overlay},format=qcow2,cache=unsafe,"
+                      "discard=unmap",
+            "-device", "virtio-blk-pci,drive=sys,bootindex=0",
+        ]
+        for i in range(self.data_disks):
+            argv += ["-drive", f"if=none,id=data{i},file={self.disk_path(i)},format=raw,"
+                               f"cache={cache},discard=unmap",
+                     "-device", f"virtio-blk-pci,drive=data{i},serial=zdsdata{i}"]
+        argv += [
+            "-netdev", f"user,id=n0,restrict=on,{self.ports.hostfwd()}",
+            "-device", "virtio-net-pci,netdev=n0",
+            "-fw_cfg", f"name=opt/zds/admin-token,file={self.token_file}",
+            "-display", "none",
+            "-chardev", f"file,id=ser0,path={self.serial_log}", "-serial", "chardev:ser0",
+            "-monitor", f"unix:{self.monitor},server=on,wait=off",
+            "-pidfile", str(self.pidfile), "-daemonize",
+        ]
+        if self.test_control:
+            argv += [
+                "-fw_cfg", "name=opt/zds/test-control,string=1",
+                "-device", "virtio-serial-pci,id=vser0",
+                "-chardev", f"socket,id=ctl,path={self.control_socket},server=on,wait=off",
+                "-device", "virtserialport,bus=vser0.0,chardev=ctl,name=org.zds.control",
+            ]
+        return argv
+
+    def pid(self) -> int | None:
+        """The running QEMU's PID from the pidfile, only if that process is really ours."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError):
+            return None
+        return pid if str(self.pidfile).encode() in cmdline else None
+
+    def start(self, kvm: bool | None = None) -> None:
+        if self.pid() is not None:
+            raise VmError(f"already running (pid {self.pid()}, {self.state_dir})")
+        if kvm is None:
+            kvm = kvm_works()
+        for p in (self.monitor, self.control_socket, self.pidfile):
+            p.unlink(missing_ok=True)
+        self.serial_log.write_bytes(b"")
+        argv = self.qemu_argv(kvm)
+        (self.state_dir / "qemu.argv").write_text(json.dumps(argv) + "\n")
+        (self.state_dir / "ports.json").write_text(json.dumps(asdict(self.ports)) + "\n")
+        log(f"starting QEMU ({'KVM' if kvm else 'TCG'}), serial log {self.serial_log}")
+        self.started_at = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise VmError(f"qemu failed to start: {proc.stderr.strip()}")
+
+    def monitor_command(self, cmd: str) -> str:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(5)
+            s.connect(str(self.monitor))
+            time.sleep(0.2)
+            with contextlib.suppress(TimeoutError):
+                s.recv(65536)  # banner
+            s.sendall(cmd.encode() + b"\n")
+            time.sleep(0.3)
+            try:
+                return s.recv(65536).decode(errors="replace")
+            except TimeoutError:
+                return ""
+
+    def stop(self, timeout: float = 90.0) -> bool:
+        """system_powerdown, wait, then SIGTERM/SIGKILL the pidfile PID. True if it was running."""
+        self.close_control()
+        pid = self.pid()
+        if pid is None:
+            return False
+        with contextlib.suppress(OSError):
+            self.monitor_command("system_powerdown")
+        if self._wait_gone(pid, timeout):
+            return True
+        log(f"no clean power-off within {timeout:.0f} s: SIGTERM to pid {pid}")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if not self._wait_gone(pid, 10):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            self._wait_gone(pid, 10)
+        return True
+
+    def _wait_gone(self, pid: int, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not Path(f"/proc/{pid}").exists():
+                return True
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+            time.sleep(0.3)
+        return not Path(f"/proc/{pid}").exists()
+
+    # -- health
+    def health(self, timeout: float = 5.0) -> tuple[int, str] | None:
+        """(HTTP status, body) of the API health endpoint, or None when nothing answers."""
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE  # the appliance's certificate is self-signed
+        try:
+            with urllib.request.urlopen(self.api_url + HEALTH_PATH, timeout=timeout,
+                                        context=ctx) as r:
+                return r.status, r.read().decode(errors="replace")
+        except urllib.error.HTTPError as e:
+            return e.code, e.read().decode(errors="replace")
+        except (OSError, ssl.SSLError):
+            return None
+
+    def wait_healthy(self, timeout: float = 900.0) -> float:
+        """Waits until the health endpoint answers 200; returns the seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.pid() is None:
+                raise VmError(f"QEMU exited; see {self.serial_log}")
+            h = self.health()
+            if h is not None and h[0] == 200:
+                return time.monotonic() - t0
+            time.sleep(2)
+        raise VmError(f"API not healthy after {timeout:.0f} s; see {self.serial_log}")
+
+    # -- test control channel
+    def _ctl_connect(self) -> socket.socket:
+        if self._ctl is None:
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(str(self.control_socket))
+            self._ctl, self._ctl_buf = s, b""
+        return self._ctl
+
+    def close_control(self) -> None:
+        if self._ctl is not None:
+            self._ctl.close()
+            self._ctl = None
+
+    def _ctl_send(self, obj: dict[str, object]) -> int:
+        self._ctl_id += 1
+        obj["id"] = self._ctl_id
+        self._ctl_connect().sendall(json.dumps(obj).encode() + b"\n")
+        return self._ctl_id
+
+    def _ctl_reply(self, want: int, timeout: float) -> dict[str, object] | None:
+        s = self._ctl_connect()
+        deadline = time.monotonic() + timeout
+        while True:
+            while b"\n" in self._ctl_buf:
+                line, self._ctl_buf = self._ctl_buf.split(b"\n", 1)
+                with contextlib.suppress(ValueError):
+                    msg = json.loads(line)
+                    if isinstance(msg, dict) and msg.get("id") == want:
+                        return msg
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            s.settimeout(min(left, 1.0))
+            try:
+                chunk = s.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                self.close_control()
+                raise VmError("control channel closed by QEMU")
+            self._ctl_buf += chunk
+
+    def wait_control(self, timeout: float = 600.0) -> str:
+        """Pings the guest agent until it answers; returns the guest's boot id."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.pid() is None:
+                raise VmError(f"QEMU exited; see {self.serial_log}")
+            try:
+                reply = self._ctl_reply(self._ctl_send({"ping": 1}), 2.0)
+            except OSError:
+                self.close_control()
+                time.sleep(1)
+                continue
+            if reply is not None:
+                return str(reply.get("hello"))
+        raise VmError(f"no answer on the control channel after {timeout:.0f} s")
+
+    def exec(self, cmd: str, timeout: float = 300.0) -> tuple[int, str]:
+        """Runs cmd with bash as root in the guest: (exit code, stdout+stderr)."""
+        want = self._ctl_send({"cmd": cmd, "timeout": timeout})
+        reply = self._ctl_reply(want, timeout + 30)
+        if reply is None:
+            raise VmError(f"no reply from the guest for: {cmd}")
+        out = base64.b64decode(str(reply.get("out", ""))).decode(errors="replace")
+        rc = reply.get("rc")
+        return (rc if isinstance(rc, int) else -1), out
+
+    def boot_id(self) -> str:
+        rc, out = self.exec("cat /proc/sys/kernel/random/boot_id")
+        if rc != 0:
+            raise VmError(f"cannot read boot_id: {out}")
+        return out.strip()
+
+    def reboot(self, timeout: float = 900.0, wait_api: bool = True) -> None:
+        """Reboots the guest through the control channel, waits for a new boot (and the API)."""
+        old = self.boot_id()
+        self.exec("(sleep 1; systemctl reboot) >/dev/null 2>&1 &")
+        t0 = time.monotonic()
+        while True:
+            if time.monotonic() - t0 > timeout:
+                raise VmError("the guest did not come back after reboot")
+            new = self.wait_control(timeout)
+            if new != old:
+                break
+            time.sleep(2)
+        if wait_api:
+            self.wait_healthy(max(60.0, timeout - (time.monotonic() - t0)))
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def _ports_from_args(args: argparse.Namespace) -> Ports:
+    return Ports(api=args.api_port, nfs=args.nfs_port, mountd=args.mountd_port,
+                 iscsi=args.iscsi_port)
+
+
+def _appliance(args: argparse.Namespace, ports: Ports | None = None) -> Appliance:
+    state = Path(args.state_dir)
+    if ports is None:
+        saved = state / "ports.json"
+        ports = Ports(**json.loads(saved.read_text())) if saved.exists() else Ports()
+    return Appliance(state_dir=state, base_image=images_dir() / "current" / "zds.raw",
+                     ports=ports)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from images import build
+
+    app = _appliance(args, _ports_from_args(args))
+    if app.pid() is not None:
+        print(f"already running: {app.api_url} (./zds-appliance status)")
+        return 0
+    out = build.build()
+    app.base_image = out / "zds.raw"
+    app.prepare(fresh_system=args.fresh)
+    t0 = time.monotonic()
+    app.start()
+    log(f"waiting for {app.api_url}{HEALTH_PATH} (under TCG this takes a minute or two)")
+    try:
+        app.wait_healthy(args.timeout)
+    except VmError as e:
+        print(f"error: {e}\nthe appliance is still running: ./zds-appliance stop", file=sys.stderr)
+        return 1
+    token = app.admin_token()
+    print(f"""
+ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).
+  API        {app.api_url}  (self-signed certificate)
+  token      {token}
+  NFS        127.0.0.1:{app.ports.nfs} (mountd {app.ports.mountd})
+  iSCSI      127.0.0.1:{app.ports.iscsi}
+  console    {app.serial_log}
+  data disks {', '.join(str(app.disk_path(i)) for i in range(app.data_disks))}
+
+First call:
+  curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/system/health
+Stop it with ./zds-appliance stop (the data disks are kept).""")
+    return 0
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    app = _appliance(args)
+    if app.stop(args.timeout):
+        print("stopped")
+    else:
+        print("not running")
+    return 0
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    app = _appliance(args)
+    pid = app.pid()
+    if pid is None:
+        print("not running")
+        return 3
+    h = app.health()
+    state = "healthy" if h and h[0] == 200 else ("API answers " + str(h[0]) if h else
+                                                   "API not answering yet")
+    print(f"running (pid {pid}): {state}\n  API {app.api_url}\n  console {app.serial_log}")
+    return 0
+
+
+def cmd_console(args: argparse.Namespace) -> int:
+    app = _appliance(args)
+    print(app.serial_log)
+    if app.serial_log.exists():
+        lines = app.serial_log.read_bytes().decode(errors="replace").splitlines()
+        print("\n".join(lines[-args.lines:]))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="zds-appliance", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--state-dir", default=os.environ.get("ZDS_VM_DIR", str(vm_dir())))
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    run = sub.add_parser("run", help="build or reuse the image, boot it, wait for the API")
+    run.add_argument("--api-port", type=int, default=int(os.environ.get("ZDS_API_PORT", 8443)))
+    run.add_argument("--nfs-port", type=int, default=int(os.environ.get("ZDS_NFS_PORT", 2049)))
+    run.add_argument("--mountd-port", type=int,
+                     default=int(os.environ.get("ZDS_MOUNTD_PORT", 20048)))
+    run.add_argument("--iscsi-port", type=int,
+                     default=int(os.environ.get("ZDS_ISCSI_PORT", 3260)))
+    run.add_argument("--fresh", action="store_true",
+                     help="start from a fresh system disk (data disks are kept)")
+    run.add_argument("--timeout", type=float, default=900.0)
+    stop = sub.add_parser("stop", help="power the appliance off")
+    stop.add_argument("--timeout", type=float, default=90.0)
+    sub.add_parser("status", help="is it running, is the API healthy")
+    con = sub.add_parser("console", help="path and tail of the serial console log")
+    con.add_argument("--lines", type=int, default=40)
+    args = ap.parse_args(argv)
+    handler = {"run": cmd_run, "stop": cmd_stop, "status": cmd_status, "console": cmd_console}
+    return handler[args.cmd](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""The booted appliance has its storage stack: ZFS module + tools, LIO, nfs-ganesha, rpcbind,
+the zds command, the data disks, and an API answering on the forwarded 127.0.0.1 port."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from images import ovf
+from tests.e2e.conftest import E2EAppliance
+
+pytestmark = pytest.mark.e2e
+
+
+def test_zfs_module_and_tools_match(appliance: E2EAppliance) -> None:
+    out = appliance.check("modprobe zfs && zpool version")
+    # Sample: "zfs-2.3.2-2~bpo12+2\nzfs-kmod-2.3.2-2~bpo12+2"
+    lines = out.split()
+    user = next(x for x in lines if x.startswith("zfs-") and not x.startswith("zfs-kmod"))
+    kmod = next(x for x in lines if x.startswith("zfs-kmod-"))
+    assert user.startswith("zfs-2.3"), out
+    assert kmod.removeprefix("zfs-kmod-") == user.removeprefix("zfs-"), out
+
+
+def test_lio_target_in_configfs(appliance: E2EAppliance) -> None:
+    appliance.check("modprobe target_core_mod && modprobe iscsi_target_mod")
+    appliance.check("mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config")
+    appliance.check("test -d /sys/kernel/config/target/iscsi")
+    appliance.check("python3 -c 'import rtslib_fb; rtslib_fb.RTSRoot()'")
+
+
+def test_nfs_ganesha_and_rpcbind_running(appliance: E2EAppliance) -> None:
+    out = appliance.check("systemctl is-active nfs-ganesha.service rpcbind.service")
+    assert out.split() == ["active", "active"], out
+    # ganesha listens on the pinned NFS and mountd ports the host forwards to.
+    listening = appliance.check("ss -Htln")
+    assert ":2049 " in listening and ":20048 " in listening, listening
+
+
+def test_data_disks_have_their_serials(appliance: E2EAppliance) -> None:
+    for i in (0, 1):
+        appliance.check(f"test -b /dev/disk/by-id/virtio-zdsdata{i}")
+
+
+def test_zds_command_on_path(appliance: E2EAppliance) -> None:
+    appliance.check("command -v zds && test -x /opt/zds/venv/bin/python")
+
+
+def test_admin_token_passed_by_fw_cfg(appliance: E2EAppliance) -> None:
+    out = appliance.check("modprobe qemu_fw_cfg; "
+                          "cat /sys/firmware/qemu_fw_cfg/by_name/opt/zds/admin-token/raw")
+    assert out.strip() == appliance.admin_token
+
+
+def test_api_health_answers_on_forwarded_port(appliance: E2EAppliance) -> None:
+    h = appliance.vm.health(timeout=10)
+    assert h is not None, f"nothing on {appliance.api_url}; serial log {appliance.serial_log}"
+    assert h[0] == 200, h
+
+
+def test_image_artefacts(appliance: E2EAppliance) -> None:
+    d = appliance.image_dir
+    info = json.loads(subprocess.run(["qemu-img", "info", "--output=json", str(d / "zds.qcow2")],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["format"] == "qcow2" and "backing-filename" not in info
+    assert info["virtual-size"] == (d / "zds.raw").stat().st_size
+    ova = ovf.read_ova(d / "zds.ova")
+    assert (ova.cpus, ova.memory_mib, ova.nic, ova.scsi) == (2, 4096, "VMXNET3", "VirtualSCSI")
+    assert ova.disks["system"] == (d / "zds.raw").stat().st_size
+    manifest = json.loads((d / "manifest.json").read_text())
+    assert manifest["ansible"] is True

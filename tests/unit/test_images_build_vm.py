@@ -1,0 +1,87 @@
+"""Pure parts of the image build and the QEMU harness: version picking, the input hash,
+and the QEMU command line's network hazards (restrict=on, 127.0.0.1 only)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from images import build
+from images.vm import Appliance, Ports
+
+MADISON = """\
+  zfs-dkms | 2.3.2-2~bpo12+2 | http://deb.debian.org/debian bookworm-backports/contrib amd64 P
+  zfs-dkms | 2.1.11-1+deb12u1 | http://deb.debian.org/debian bookworm/contrib amd64 Packages
+"""
+
+SHOW = """\
+Package: linux-image-amd64
+Source: linux-signed-amd64 (6.1.158+1)
+Version: 6.1.158-1
+Depends: linux-image-6.1.0-56-amd64 (= 6.1.158-1)
+Description: Linux for 64-bit PCs (meta-package)
+"""
+
+
+def test_pick_version_by_suite() -> None:
+    assert build.pick_version(MADISON, "bookworm-backports") == "2.3.2-2~bpo12+2"
+    assert build.pick_version(MADISON, "bookworm") == "2.1.11-1+deb12u1"
+    with pytest.raises(SystemExit):
+        build.pick_version(MADISON, "trixie")
+
+
+def test_kernel_abi_from_metapackage() -> None:
+    assert build.kernel_abi(SHOW) == "6.1.0-56-amd64"
+
+
+def test_inputs_hash_follows_files_and_versions(tmp_path: Path) -> None:
+    (tmp_path / "ansible").mkdir()
+    f = tmp_path / "ansible" / "site.yml"
+    f.write_text("a")
+    (tmp_path / "pyproject.toml").write_text("x")
+    r = build.Resolved("6.1.0-56-amd64", {"zfs-dkms": "2.3.2"})
+    h1 = build.inputs_hash(tmp_path, r)
+    assert h1 == build.inputs_hash(tmp_path, r)
+    (tmp_path / "ansible" / "__pycache__").mkdir()
+    (tmp_path / "ansible" / "__pycache__" / "x.pyc").write_bytes(b"junk")
+    assert build.inputs_hash(tmp_path, r) == h1  # caches do not count
+    f.write_text("b")
+    h2 = build.inputs_hash(tmp_path, r)
+    assert h2 != h1
+    other = build.Resolved("6.1.0-57-amd64", {"zfs-dkms": "2.3.3"})
+    assert build.inputs_hash(tmp_path, other) != h2
+
+
+def test_qemu_network_is_restricted_to_loopback_forwards(tmp_path: Path) -> None:
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "base.raw",
+                   ports=Ports(api=18443, nfs=12049, mountd=30048, iscsi=13260))
+    argv = vm.qemu_argv(kvm=False)
+    netdev = argv[argv.index("-netdev") + 1]
+    assert netdev.startswith("user,") and ",restrict=on," in netdev
+    fwds = [p for p in netdev.split(",") if p.startswith("hostfwd=")]
+    assert fwds == ["hostfwd=tcp:127.0.0.1:18443-:8443", "hostfwd=tcp:127.0.0.1:12049-:2049",
+                    "hostfwd=tcp:127.0.0.1:30048-:20048", "hostfwd=tcp:127.0.0.1:13260-:3260"]
+    assert argv[argv.index("-accel") + 1] == "tcg,thread=multi"
+    assert f"name=opt/zds/admin-token,file={tmp_path / 'admin-token'}" in argv
+    assert "-pidfile" in argv and "-monitor" in argv
+    assert not any("test-control" in a for a in argv)  # only test boots get the agent
+    disks = [a for a in argv if a.startswith("virtio-blk-pci,drive=data")]
+    assert disks == ["virtio-blk-pci,drive=data0,serial=zdsdata0",
+                     "virtio-blk-pci,drive=data1,serial=zdsdata1"]
+
+
+def test_test_boots_get_the_control_channel(tmp_path: Path) -> None:
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b", test_control=True)
+    argv = vm.qemu_argv(kvm=True)
+    assert "name=opt/zds/test-control,string=1" in argv
+    assert any(a.endswith("name=org.zds.control") for a in argv)
+    assert argv[argv.index("-accel") + 1] == "kvm"
+
+
+def test_pid_is_only_trusted_when_it_is_our_qemu(tmp_path: Path) -> None:
+    import os
+
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b")
+    vm.pidfile.write_text(str(os.getpid()))  # a live process, but not our QEMU
+    assert vm.pid() is None
