@@ -3,6 +3,8 @@ checks inside the appliance image: ``python -m appliance.host.contract``)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from appliance.errors import Unavailable
@@ -91,3 +93,18 @@ def test_lio_down_is_unavailable(lio_env: tuple[FakeLio, list[str]]) -> None:
     assert lio.available() is False
     with pytest.raises(Unavailable):
         lio.list_targets()
+
+
+def test_runner_without_zfs_fails_cleanly(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m appliance.host.contract` on a host without ZFS: one failed check,
+    exit status 1, and its sparse files are gone again."""
+    from appliance.host.contract.__main__ import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # no zpool/zfs to be found
+    workdir = tmp_path / "ct"
+    assert main(["--workdir", str(workdir), "--file-size", str(64 * MiB), "--json"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL zfs.available" in out and '"failed": 1' in out
+    assert list(workdir.iterdir()) == []

@@ -1,0 +1,138 @@
+"""Run the host adapter contract checks against the REAL adapters (inside the appliance).
+
+    python -m appliance.host.contract [--zfs] [--lio] [--zfs-pool-disks D1 D2 D3 D4]
+                                      [--workdir /var/tmp/zds-contract] [--keep]
+
+Without ``--zfs-pool-disks`` it makes four sparse 512 MiB files in ``--workdir`` and
+builds its scratch pools (``zdsct`` for the pool checks, ``zdsctds`` for datasets) on
+them; everything is destroyed at the end. ``--lio`` exports two sparse zvols of the
+scratch pool through LIO. Prints one line per check; exit status 0 only if all pass.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from appliance.host.contract import lio_checks, zfs_checks
+from appliance.host.lio import Lio
+from appliance.host.run import SubprocessRunner
+from appliance.host.zfs import PoolLayout, VdevSpec, Zfs
+
+MiB = 1 << 20
+DS_POOL = "zdsctds"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m appliance.host.contract")
+    ap.add_argument("--zfs", action="store_true", help="run the ZFS checks (default)")
+    ap.add_argument("--lio", action="store_true", help="also run the LIO checks")
+    ap.add_argument("--zfs-pool-disks", nargs=4, metavar="DISK",
+                    help="four unused equal-size disks instead of sparse files")
+    ap.add_argument("--workdir", default="/var/tmp/zds-contract")
+    ap.add_argument("--file-size", type=int, default=512 * MiB)
+    ap.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    args = ap.parse_args(argv)
+    run_zfs = args.zfs or not args.lio
+
+    workdir = Path(args.workdir)
+    if args.zfs_pool_disks:
+        disks = list(args.zfs_pool_disks)
+        zfs = Zfs(SubprocessRunner())
+    else:
+        workdir.mkdir(parents=True, exist_ok=True)
+        disks = []
+        for i in range(4):
+            path = workdir / f"disk{i}.img"
+            with open(path, "wb") as f:
+                f.truncate(args.file_size)  # sparse
+            disks.append(str(path))
+        zfs = Zfs(SubprocessRunner(), import_dirs=(str(workdir),))
+    missing = str(workdir / "missing.img")
+
+    results: list[dict[str, object]] = []
+
+    def run(name: str, fn: Callable[[], object]) -> bool:
+        started = time.monotonic()
+        try:
+            fn()
+        except Exception as exc:  # report every failure, keep going
+            results.append({"check": name, "ok": False, "error": repr(exc),
+                            "seconds": round(time.monotonic() - started, 2)})
+            print(f"FAIL {name}: {exc!r}", flush=True)
+            traceback.print_exc()
+            return False
+        results.append({"check": name, "ok": True,
+                        "seconds": round(time.monotonic() - started, 2)})
+        print(f"ok   {name} ({time.monotonic() - started:.1f} s)", flush=True)
+        return True
+
+    ds_pool_ready = False
+    try:
+        if not run("zfs.available", lambda: zfs_checks.check_available(zfs)):
+            return _finish(results, args.json)
+        ds_pool_ready = run("zfs.scratch_pool", lambda: zfs.create_pool(
+            DS_POOL, PoolLayout(data=(VdevSpec("disk", (disks[3],)),)), {},
+            {"compression": "lz4"}))
+        if run_zfs:
+            run("zfs.pools", lambda: zfs_checks.check_pools(zfs, disks[:3], missing))
+            if ds_pool_ready:
+                run("zfs.filesystems", lambda: zfs_checks.check_filesystems(zfs, DS_POOL))
+                run("zfs.volumes", lambda: zfs_checks.check_volumes(
+                    zfs, DS_POOL, os.path.exists))
+                run("zfs.snapshots", lambda: zfs_checks.check_snapshots(zfs, DS_POOL))
+        if args.lio and ds_pool_ready:
+            _run_lio(zfs, run)
+    finally:
+        if ds_pool_ready:
+            if args.lio:
+                try:
+                    lio_checks.cleanup(Lio())
+                except Exception as exc:
+                    print(f"cleanup of LIO failed: {exc!r}", flush=True)
+            try:
+                zfs.destroy_pool(DS_POOL)
+            except Exception as exc:
+                print(f"cleanup: destroying {DS_POOL} failed: {exc!r}", flush=True)
+        if not args.zfs_pool_disks:
+            for d in disks:
+                Path(d).unlink(missing_ok=True)
+    return _finish(results, args.json)
+
+
+def _run_lio(zfs: Zfs, run: Callable[[str, Callable[[], object]], bool]) -> None:
+    lio = Lio()
+    devices: list[str] = []
+
+    def make_zvols() -> None:
+        for i in range(2):
+            name = f"{DS_POOL}/lio{i}"
+            zfs.create_volume(name, 64 * MiB, sparse=True, properties={})
+            devices.append(zfs.wait_for_device(name, timeout=60))
+
+    if not run("lio.zvols", make_zvols):
+        return
+    if not run("lio.available", lambda: lio_checks.check_available(lio)):
+        return
+    run("lio.apply_read_back", lambda: lio_checks.check_apply_read_back(lio, devices))
+    run("lio.errors", lambda: lio_checks.check_errors(lio, devices,
+                                                      f"/dev/zvol/{DS_POOL}/missing"))
+
+
+def _finish(results: list[dict[str, object]], as_json: bool) -> int:
+    failed = [r for r in results if not r["ok"]]
+    if as_json:
+        print(json.dumps({"passed": len(results) - len(failed), "failed": len(failed),
+                          "results": results}))
+    print(f"{len(results) - len(failed)} passed, {len(failed)} failed", flush=True)
+    return 1 if failed or not results else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
