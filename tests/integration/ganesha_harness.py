@@ -69,7 +69,7 @@ DBUS_CONFIG = """\
 GANESHA_CONFIG = """\
 # ZDS integration-test ganesha: no exports here, they are added over DBus.
 NFS_CORE_PARAM {{
-    Protocols = 3, 4;
+    Protocols = 3, 4;{plugins}
     NFS_Port = {nfs};
     MNT_Port = {mnt};
     NLM_Port = {nlm};
@@ -100,6 +100,11 @@ class GaneshaHarness:
     workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="zds-it-")))
     netns: str = ""
     start_timeout: float = 30.0
+    # Run another ganesha build unpacked under this root (dpkg-deb -x of the nfs-ganesha,
+    # nfs-ganesha-vfs and libntirpc .debs), e.g. 5.9 from bookworm-backports like the
+    # appliance; default: ZDS_GANESHA_ROOT from the environment, else the host's ganesha.
+    ganesha_root: Path | None = field(
+        default_factory=lambda: Path(r) if (r := os.environ.get("ZDS_GANESHA_ROOT")) else None)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _netns_created: bool = False
 
@@ -194,17 +199,26 @@ class GaneshaHarness:
                    "rpcbind socket", "rpcbind")
         # 5. ganesha
         gconf = self.workdir / "ganesha.conf"
+        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.dbus_address)
+        binary, plugins = "ganesha.nfsd", ""
+        if self.ganesha_root is not None:
+            libdir = self.ganesha_root / "usr/lib/x86_64-linux-gnu"
+            binary = str(self.ganesha_root / "usr/bin/ganesha.nfsd")
+            plugins = f'\n    Plugins_Dir = "{libdir / "ganesha"}";'
+            env["LD_LIBRARY_PATH"] = f"{libdir}:{self.ganesha_root / 'usr/lib/ganesha'}"
         gconf.write_text(GANESHA_CONFIG.format(
             nfs=NFS_PORT, mnt=MNT_PORT, nlm=NLM_PORT, rquota=RQUOTA_PORT,
-            recovery=self.workdir / "recovery"))
-        env = dict(os.environ, DBUS_SYSTEM_BUS_ADDRESS=self.dbus_address)
-        self._spawn("ganesha", [*self._nsenter(), "ganesha.nfsd", "-F", "-f", str(gconf),
+            recovery=self.workdir / "recovery", plugins=plugins))
+        self._spawn("ganesha", [*self._nsenter(), binary, "-F", "-f", str(gconf),
                                 "-L", str(self.log_path), "-p", str(self.workdir / "ganesha.pid"),
                                 "-N", "NIV_EVENT"], env=env)
         adapter = self.adapter()
         self._wait(lambda: "NFS SERVER INITIALIZED" in _read(self.log_path)
                    and adapter.available(), "ganesha start", "ganesha")
         self.started_in = time.monotonic() - t0
+        self.version = next((ln.split("Ganesha Version", 1)[1].strip()
+                             for ln in _read(self.log_path).splitlines()
+                             if "Ganesha Version" in ln), "unknown")
 
     def stop(self) -> None:
         """Stop what was started (by PID), delete the namespace and the work dir."""

@@ -339,3 +339,16 @@ def test_parse_show_exports_flat_flags_of_older_ganesha() -> None:
     _, rows = parse_show_exports(flat)
     assert rows[0].protocols_used == {"NFSv3", "MNT", "NFSv41"}
     assert rows[0].last_activity == 5.5
+
+
+def test_ganesha_5_9_replies_parse_the_same() -> None:
+    d = FIXTURES / "5.9"
+    _, rows = parse_show_exports((d / "ShowExports.txt").read_text())
+    assert [r.export_id for r in rows] == [0, 101]
+    assert rows[1].protocols_used == {"NFSv3"} and rows[1].last_activity > 0
+    _, clients = parse_show_clients((d / "ShowClients.txt").read_text())
+    assert [(c.address, "NFSv3" in c.protocols_used) for c in clients] == [
+        ("::ffff:127.0.0.1", True)]
+    shown = parse_display_export((d / "DisplayExport-101.txt").read_text())
+    assert shown.export_id == 101 and shown.clients == ("127.0.0.1/32",)
+    assert shown.path == shown.pseudo and shown.path.endswith("/data/ds1")
