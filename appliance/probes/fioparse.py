@@ -227,7 +227,9 @@ def _bucketed(text: str, runtime: int | None) -> dict[tuple[int, int], float]:
 def series(logs: Mapping[str, str], section: str, runtime: int | None) -> list[SeriesPoint]:
     """Per-second IOPS (summed over jobs and directions) and IOPS-weighted mean clat.
 
-    ``logs`` maps log file names (``PREFIX.SECTION_iops.N.log``) to their text.
+    ``logs`` maps log file names (``PREFIX.SECTION_iops.N.log``) to their text. fio 3.33
+    often writes no IOPS row for the last window of a time-based job, so a series can be
+    one second shorter than the runtime; it is never padded or extrapolated.
     """
     iops: dict[int, dict[tuple[int, int], float]] = {}
     clat: dict[int, dict[tuple[int, int], float]] = {}
