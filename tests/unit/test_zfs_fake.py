@@ -6,7 +6,7 @@ import pytest
 
 from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound
 from appliance.host.fakes.lio import FakeLio
-from appliance.host.fakes.zfs import GiB, MiB, FakeZfs
+from appliance.host.fakes.zfs import FakeZfs, GiB, MiB
 from appliance.host.lio import AclSpec, LunSpec, TargetSpec
 from appliance.host.zfs import PoolLayout, VdevSpec
 
