@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -97,7 +98,8 @@ class HarnessError(RuntimeError):
 
 @dataclass
 class GaneshaHarness:
-    workdir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="zds-it-")))
+    workdir: Path = field(
+        default_factory=lambda: Path(tempfile.mkdtemp(prefix=f"zds-it-{os.getpid()}-")))
     netns: str = ""
     start_timeout: float = 30.0
     # Run another ganesha build unpacked under this root (dpkg-deb -x of the nfs-ganesha,
@@ -170,12 +172,8 @@ class GaneshaHarness:
         for d in (self.exports_dir, self.export_base, self.workdir / "recovery"):
             d.mkdir(parents=True, exist_ok=True)
         t0 = time.monotonic()
-        # 1. private bus
-        conf = self.workdir / "dbus.conf"
-        conf.write_text(DBUS_CONFIG.format(socket=self.dbus_socket))
-        self._spawn("dbus", ["dbus-daemon", "--nofork", f"--config-file={conf}"])
-        self._wait(lambda: self.dbus_socket.exists(), "dbus-daemon socket", "dbus")
-        # 2. network namespace with lo up
+        reap_stale_harnesses()
+        # 1. network namespace with lo up
         for _ in range(100):
             name = f"zds-it-{os.getpid()}-{next(_names)}"
             if not Path("/run/netns", name).exists():
@@ -184,6 +182,13 @@ class GaneshaHarness:
         _run(["ip", "netns", "add", name])
         self._netns_created = True
         _run(["ip", "-n", name, "link", "set", "lo", "up"])
+        # 2. private bus; it runs in the namespace too (its socket is a path, reachable
+        # from outside) so that every process of a harness can be found by its netns
+        conf = self.workdir / "dbus.conf"
+        conf.write_text(DBUS_CONFIG.format(socket=self.dbus_socket))
+        self._spawn("dbus", ["ip", "netns", "exec", name, "dbus-daemon", "--nofork",
+                             f"--config-file={conf}"])
+        self._wait(lambda: self.dbus_socket.exists(), "dbus-daemon socket", "dbus")
         # 3. mount namespace holder, tmpfs on /run inside it
         self._spawn("holder", ["ip", "netns", "exec", name, "unshare", "--mount",
                                "--propagation", "private", "sleep", "infinity"])
@@ -317,6 +322,58 @@ class GaneshaHarness:
                 raise HarnessError(f"timed out waiting for {what}\n{self.log_tail()}")
             time.sleep(delay)
             delay = min(delay * 1.5, 0.2)
+
+
+_STALE = re.compile(r"^zds-it-(\d+)-\d+$")
+_STALE_DIR = re.compile(r"^zds-it-(\d+)-[A-Za-z0-9_]{8}$")
+
+
+def reap_stale_harnesses() -> list[str]:
+    """Clean up after harnesses whose pytest died without teardown (SIGKILL, timeout):
+    for each namespace ``zds-it-<pid>-<n>`` whose creating process is gone, SIGKILL the
+    processes inside that network namespace (found by namespace inode, i.e. by PID, not
+    by name), delete the namespace and the dead run's work dir. Returns the namespaces
+    removed."""
+    removed: list[str] = []
+    try:
+        names = os.listdir("/run/netns")
+    except FileNotFoundError:
+        return removed
+    for name in names:
+        m = _STALE.match(name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        try:
+            ns = os.stat(f"/run/netns/{name}")
+        except OSError:
+            continue
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                st = os.stat(f"/proc/{entry}/ns/net")
+            except OSError:
+                continue
+            if (st.st_ino, st.st_dev) == (ns.st_ino, ns.st_dev):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(entry), signal.SIGKILL)
+        subprocess.run(["ip", "netns", "del", name], check=False, capture_output=True)
+        removed.append(name)
+    for d in Path(tempfile.gettempdir()).glob("zds-it-*-*"):
+        m = _STALE_DIR.match(d.name)
+        if m is not None and d.is_dir() and not _alive(int(m.group(1))):
+            shutil.rmtree(d, ignore_errors=True)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def start_private_bus(workdir: Path, name: str = "bus") -> tuple[subprocess.Popen[bytes], str]:
