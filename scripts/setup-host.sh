@@ -10,6 +10,8 @@ mkdir -p "$cache"
 host_packages=(
   # clients the tests use against the appliance
   libnfs-utils libiscsi-bin curl jq openssl
+  # qemu-io/qemu-img with libiscsi: write and read LUN blocks from the host in e2e tests
+  qemu-block-extra
   # real nfs-ganesha on the host for integration tests
   nfs-ganesha nfs-ganesha-vfs rpcbind dbus iproute2
   # probes
