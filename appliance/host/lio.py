@@ -4,6 +4,22 @@ The engine describes each datastore's target as a :class:`TargetSpec`; the adapt
 configfs match it exactly (``apply_target``) and reads it back (``list_targets``).
 ``appliance.host.fakes.FakeLio`` is the in-memory twin. Errors: no configfs/modules ->
 ``Unavailable``; a device that does not exist -> ``NotFound``; bad IQN -> ``InvalidInput``.
+More precisely (held by ``appliance.host.contract.lio_checks``):
+
+- ``apply_target`` validates the whole spec first (:func:`check_spec`: IQNs as LIO and
+  RFC 3720 accept them, lower case; CHAP 1-255 printable characters; backstore names;
+  unit serials of 1-64 letters/digits/'-') and changes nothing when it raises.
+- A backstore name or device already exported by *another* target with a different
+  device/serial -> ``Conflict``. The unit serial is written when the backstore is
+  created, before its LUN exists, so the NAA WWN LIO derives from it never changes.
+- Each ACL maps every LUN of the spec at the same LUN number. TPG 1 attributes:
+  authentication=1 when any ACL has CHAP (then every initiator must use CHAP),
+  generate_node_acls=0, demo_mode_write_protect=1, cache_dynamic_acls=0; enabled.
+- A LUN dropped from the spec takes its backstore with it when nothing else exports it.
+  Removing an ACL ends that initiator's session.
+- ``list_targets`` reads back the spec in normal form: LUNs by number, ACLs by IQN,
+  portals sorted, only the :data:`VAAI_ATTRIBUTES` keys; ``sessions`` are the initiators
+  logged in now.
 """
 
 from __future__ import annotations

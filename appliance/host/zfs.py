@@ -4,7 +4,24 @@ The engine talks to :class:`ZfsHost`; :class:`Zfs` (real, via ``-H -p`` parsable
 and ``appliance.host.fakes.FakeZfs`` (in memory) implement it. Error contract, shared by
 both and held by tests/contract: a missing pool/dataset raises ``NotFound``, an existing
 name ``Conflict``, no space ``InsufficientSpace``, no ZFS on the host ``Unavailable``,
-a device in use or missing ``Conflict``/``NotFound``.
+a device in use or missing ``Conflict``/``NotFound``; a malformed name, property or size
+``InvalidInput``. More precisely (all held by ``appliance.host.contract.zfs_checks``):
+
+- a dataset with children or snapshots needs ``recursive`` to be destroyed, else
+  ``Conflict``; a snapshot with clones, or a dataset whose snapshots have clones outside
+  it, cannot be destroyed (``Conflict``); a zvol held open (exported by LIO) is busy
+  (``Conflict``); destroying a missing dataset or snapshot is ``NotFound``.
+- ``rollback`` past newer snapshots is ``Conflict`` unless ``destroy_newer``; even then a
+  newer snapshot with clones is ``Conflict``.
+- ``create_filesystem``/``create_volume`` create missing parents; ``clone`` does not
+  (missing parent -> ``NotFound``). A thick volume or a ``refreservation`` larger than
+  the free space -> ``InsufficientSpace``; sparse volumes reserve nothing; a volume size
+  that is not a multiple of volblocksize -> ``InvalidInput``.
+- ``DatasetInfo.properties`` holds native properties as raw ``-p`` strings ("0" for no
+  quota/refreservation, "-" where not applicable) and only the user properties (``zds:*``)
+  set on that dataset itself (source local/received), never inherited ones.
+- ``list_datasets`` is sorted by name; ``list_snapshots`` of a missing dataset is
+  ``NotFound``; ``get_dataset`` of a missing name is ``None``.
 """
 
 from __future__ import annotations
