@@ -1,0 +1,211 @@
+"""The whole stack for real, through the REST API only: pool, NFS and iSCSI datastores,
+data written from the host and read back, VAAI bits, ACLs, snapshots and rollback, a
+reboot that must restore everything, cleanup, and bad input. The tests run in order and
+share the booted appliance (tests/e2e/conftest.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.clients import Iscsi, Nfs
+from tests.e2e.conftest import E2EAppliance
+
+pytestmark = pytest.mark.e2e
+
+INITIATOR = "iqn.2026-11.org.example:host1"
+INTRUDER = "iqn.2026-11.org.example:intruder"
+MiB = 1 << 20
+# the host as the guest sees it behind QEMU user networking
+HOST_AS_SEEN = "10.0.2.2"
+
+state: dict[str, Any] = {}
+
+
+@pytest.fixture(scope="module")
+def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
+    assert appliance.api_healthy, f"the API never became healthy; see {appliance.serial_log}"
+    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=600,
+                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("e2e-data")
+
+
+@pytest.fixture(scope="module")
+def nfs(appliance: E2EAppliance, workdir: Path) -> Nfs:
+    return Nfs(appliance.nfs_port, appliance.mountd_port, workdir)
+
+
+@pytest.fixture(scope="module")
+def iscsi(appliance: E2EAppliance, workdir: Path) -> Iscsi:
+    return Iscsi(appliance.iscsi_port, workdir)
+
+
+def ok(resp: httpx.Response, status: int = 200) -> Any:
+    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
+                                       f"{resp.status_code} {resp.text}"
+    return resp.json() if resp.content else None
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def test_1_default_pool_is_a_mirror_of_the_data_disks(api: httpx.Client) -> None:
+    pools = ok(api.get("/pools"))
+    assert [p["name"] for p in pools] == ["tank"], pools
+    tank = ok(api.get("/pools/tank"))
+    assert tank["health"] == "ONLINE" and tank["demo"] is False
+    mirrors = [c for c in tank["vdevs"]["children"] if c["name"].startswith("mirror")]
+    assert len(mirrors) == 1 and len(mirrors[0]["children"]) == 2, tank["vdevs"]
+    assert ok(api.get("/system/health"))["status"] == "ok"
+
+
+def test_2_nfs_datastore_data_round_trip(api: httpx.Client, nfs: Nfs, workdir: Path) -> None:
+    d = ok(api.put("/datastores/nfs01", json={
+        "protocol": "nfs3", "size": "2G",
+        "nfs": {"clients": [{"match": HOST_AS_SEEN, "access": "rw"}]}}), 201)
+    path = d["nfs"]["path"]
+    assert d["serving"] and path == "/tank/datastores/nfs01"
+    big = workdir / "big.bin"
+    big.write_bytes(os.urandom(100 * MiB))
+    t0 = time.monotonic()
+    nfs.put_file(path, "big.bin", big)
+    small = {f"f{i:03d}.txt": os.urandom(4096 + i) for i in range(40)}
+    for name, data in small.items():
+        nfs.put(path, name, data)
+    assert sha(nfs.get(path, "big.bin")) == sha(big.read_bytes())
+    for name, data in small.items():
+        assert nfs.get(path, name) == data, name
+    listing = nfs.ls(path).stdout
+    assert all(name in listing for name in small)
+    print(f"\n[e2e] 100 MiB + 40 small files over NFSv3 in {time.monotonic() - t0:.1f} s")
+    state["nfs_path"] = path
+    state["big_sha"] = sha(big.read_bytes())
+
+
+def test_3_iscsi_datastore_vaai_acl_and_blocks(api: httpx.Client, iscsi: Iscsi,
+                                               workdir: Path) -> None:
+    d = ok(api.put("/datastores/lun01", json={
+        "protocol": "iscsi", "size": "1G", "iscsi": {"initiators": [INITIATOR]}}), 201)
+    iqn, wwn = d["iscsi"]["iqn"], d["iscsi"]["wwn"]
+    assert d["serving"]
+    std = iscsi.inq(iqn, INITIATOR).stdout
+    assert "LIO-ORG" in std and re.search(r"3PC:\s*1", std), std
+    cap = iscsi.readcapacity16(iqn, INITIATOR)
+    assert re.search(r"LBPME:\s*1", cap), cap
+    m = re.search(r"Number of blocks:\s*(\d+)", cap) or re.search(r"Returned LBA:\s*(\d+)", cap)
+    assert m, cap
+    ids = iscsi.inq(iqn, INITIATOR, "-e", "1", "-c", "0x83").stdout
+    assert wwn.removeprefix("naa.")[:16] in ids.replace(" ", "").lower() or \
+        wwn.removeprefix("naa.") in ids.replace(" ", "").lower(), (wwn, ids)
+    limits = iscsi.inq(iqn, INITIATOR, "-e", "1", "-c", "0xb0").stdout
+    caw = re.search(r"[Cc]ompare\s*[Aa]nd\s*[Ww]rite[^\n]*?(\d+)", limits)
+    assert caw and int(caw.group(1)) > 0, f"ATS (COMPARE AND WRITE) not offered:\n{limits}"
+    lbp = iscsi.inq(iqn, INITIATOR, "-e", "1", "-c", "0xb2").stdout
+    assert re.search(r"LBPU:\s*1", lbp) and re.search(r"LBPWS:\s*1", lbp), lbp
+
+    block = workdir / "block.bin"
+    block.write_bytes(os.urandom(4 * MiB))
+    iscsi.write(iqn, INITIATOR, block, 8 * MiB)
+    assert sha(iscsi.read(iqn, INITIATOR, 8 * MiB, 4 * MiB) or b"") == sha(block.read_bytes())
+    # an initiator without an ACL gets nothing
+    assert iscsi.inq(iqn, INTRUDER, check=False).returncode != 0
+    assert iscsi.read(iqn, INTRUDER, 0, MiB, check=False) is None
+    state.update(iqn=iqn, wwn=wwn, block_sha=sha(block.read_bytes()))
+
+
+def test_4_snapshots_and_rollback(api: httpx.Client, nfs: Nfs, iscsi: Iscsi,
+                                  workdir: Path) -> None:
+    path, iqn = state["nfs_path"], state["iqn"]
+    ok(api.post("/datastores/nfs01/snapshots", json={"name": "s1"}), 201)
+    ok(api.post("/datastores/lun01/snapshots", json={"name": "s1"}), 201)
+    nfs.put(path, "f000.txt.new", b"changed")
+    changed = workdir / "changed.bin"
+    changed.write_bytes(os.urandom(4 * MiB))
+    iscsi.write(iqn, INITIATOR, changed, 8 * MiB)
+    assert sha(iscsi.read(iqn, INITIATOR, 8 * MiB, 4 * MiB) or b"") != state["block_sha"]
+
+    ok(api.post("/datastores/nfs01/snapshots/s1/rollback", json={}))
+    ok(api.post("/datastores/lun01/snapshots/s1/rollback", json={}))
+    assert "f000.txt.new" not in nfs.ls(path).stdout
+    assert sha(iscsi.read(iqn, INITIATOR, 8 * MiB, 4 * MiB) or b"") == state["block_sha"]
+    assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
+
+
+def test_5_reboot_restores_everything(appliance: E2EAppliance, api: httpx.Client, nfs: Nfs,
+                                      iscsi: Iscsi) -> None:
+    before = {d["name"]: d for d in ok(api.get("/datastores"))}
+    appliance.reboot()
+    after = {d["name"]: d for d in ok(api.get("/datastores"))}
+    assert set(after) == {"nfs01", "lun01"}
+    assert after["nfs01"]["nfs"]["export_id"] == before["nfs01"]["nfs"]["export_id"]
+    assert after["lun01"]["iscsi"]["wwn"] == before["lun01"]["iscsi"]["wwn"] == state["wwn"]
+    assert all(d["serving"] for d in after.values()), after
+    assert sha(nfs.get(state["nfs_path"], "big.bin")) == state["big_sha"]
+    assert sha(iscsi.read(state["iqn"], INITIATOR, 8 * MiB, 4 * MiB) or b"") == \
+        state["block_sha"]
+    assert iscsi.inq(state["iqn"], INTRUDER, check=False).returncode != 0  # ACL is back too
+    assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
+    assert ok(api.get("/system/health"))["status"] == "ok"
+
+
+def test_6_bad_input_over_the_real_api(api: httpx.Client, iscsi: Iscsi) -> None:
+    before = ok(api.get("/datastores"))
+    for name in ["a;reboot", "$(id)", "UPPER", "x" * 80, "-rf"]:
+        r = api.put(f"/datastores/{name}", json={"protocol": "nfs3", "size": "1G"})
+        assert r.status_code == 422, (name, r.text)
+    r = api.put("/datastores/huge", json={"protocol": "nfs3", "size": "64T"})
+    assert r.status_code == 409 and r.json()["error"]["code"] == "insufficient_space"
+    r = api.put("/datastores/bad", json={"protocol": "iscsi", "size": "1G",
+                                         "iscsi": {"initiators": ["iqn.2026-11.test:host1"]}})
+    assert r.status_code == 422
+    r = api.put("/datastores/bad", json={"protocol": "nfs3", "size": "1G",
+                                         "nfs": {"clients": [{"match": "a;b"}]}})
+    assert r.status_code == 422
+    session = iscsi.hold_session(state["iqn"], INITIATOR)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ok(api.get("/datastores/lun01"))["connected_clients"]:
+                break
+            time.sleep(1)
+        r = api.delete("/datastores/lun01")
+        assert r.status_code == 409 and INITIATOR in r.json()["error"]["message"], r.text
+    finally:
+        session.terminate()
+        session.wait(timeout=30)
+    assert ok(api.get("/datastores")) and {d["name"] for d in ok(api.get("/datastores"))} == \
+        {d["name"] for d in before}
+
+
+def test_7_delete_everything_leaves_nothing(appliance: E2EAppliance, api: httpx.Client,
+                                            nfs: Nfs) -> None:
+    for name in ("nfs01", "lun01"):
+        job = ok(api.delete(f"/datastores/{name}", params={"wait": 120, "force": True}), 202)
+        assert job["state"] == "succeeded", job
+    assert ok(api.get("/datastores")) == []
+    assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
+    zfs = appliance.check("zfs list -H -o name -r tank/datastores")
+    assert zfs.split() == ["tank/datastores"], zfs
+    targets = appliance.check("ls /sys/kernel/config/target/iscsi 2>/dev/null || true")
+    assert "iqn.2026-11.io.zds" not in targets, targets
+    assert nfs.ls(state["nfs_path"], check=False).returncode != 0
+
+
+def test_8_adapters_hold_their_contract_on_the_real_stack(appliance: E2EAppliance) -> None:
+    out = appliance.check("/opt/zds/venv/bin/python -m appliance.host.contract --zfs --lio",
+                          timeout=900)
+    assert "FAIL" not in out, out
