@@ -277,8 +277,7 @@ _UNAVAILABLE = ("modules are not loaded", "failed to initialize the libzfs libra
                 "/dev/zfs", "modprobe zfs", "currently suspended", "pool is unavailable")
 _NO_SPACE = ("out of space", "greater than available space", "no space left",
              "insufficient space")
-_CONFLICT = ("already exists", "is part of active pool", "is part of exported pool",
-             "is part of potentially active pool", "is in use", "contains a filesystem",
+_CONFLICT = ("already exists", "is part of", "is in use", "contains a filesystem",
              "is busy", "has children", "has dependent clones", "more recent snapshots",
              "clones of previous snapshots", "less than current used or reserved",
              "device or resource busy", "currently scrubbing", "pool or dataset exists",
@@ -287,7 +286,8 @@ _CONFLICT = ("already exists", "is part of active pool", "is part of exported po
 _NOT_FOUND = ("does not exist", "no such pool", "no such device", "no such file",
               "cannot resolve path", "could not find any snapshots", "not found",
               "no pools available", "currently unavailable")
-_INVALID = ("invalid", "bad property value", "bad numeric value", "must be a multiple",
+_INVALID = ("invalid", "bad property value", "bad numeric value", "bad volume size",
+            "must be a multiple",
             "must be one of", "must be power of", "must be a power of", "cannot be zero",
             "is readonly", "does not apply", "less than the minimum size", "bad mount point",
             "property cannot", "too long", "not supported", "can not be set",
