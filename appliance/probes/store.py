@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from appliance.errors import InvalidInput, NotFound
 from appliance.probes.model import ProbeResult
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS probe_results (
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS probe_results (
     id          TEXT PRIMARY KEY,
     profile     TEXT NOT NULL,
     datastore   TEXT NOT NULL,
@@ -31,12 +31,14 @@ CREATE TABLE IF NOT EXISTS probe_results (
     mbps        REAL,
     lat_p99_ms  REAL,
     body        TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS probe_results_by_ds
-    ON probe_results (datastore, profile, started_at);
-"""
+)""",
+    """CREATE INDEX IF NOT EXISTS probe_results_by_ds
+    ON probe_results (datastore, profile, started_at)""",
+)
 
-Connect = Callable[[], sqlite3.Connection]
+# A factory of transactions: the engine's ``Store.connect`` (a context manager yielding
+# its shared connection inside BEGIN/COMMIT), or any callable returning a connection.
+Connect = Callable[[], "AbstractContextManager[sqlite3.Connection] | sqlite3.Connection"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,8 @@ class ResultFilter:
 
 
 class ProbeStore:
+    """``ProbeStore(engine.store.connect)`` in the appliance; a path for the CLI/tests."""
+
     def __init__(self, db: Connect | str | Path) -> None:
         if isinstance(db, str | Path):
             path = str(db)
@@ -61,16 +65,21 @@ class ProbeStore:
         else:
             self._connect = db
         with self._tx() as conn:
-            conn.executescript(SCHEMA)
+            for stmt in SCHEMA:  # not executescript: it would COMMIT the caller's transaction
+                conn.execute(stmt)
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        conn = self._connect()
-        try:
-            with conn:
+        made = self._connect()
+        if isinstance(made, sqlite3.Connection):
+            try:
+                with made:
+                    yield made
+            finally:
+                made.close()
+        else:
+            with made as conn:
                 yield conn
-        finally:
-            conn.close()
 
     def save(self, r: ProbeResult) -> None:
         with self._tx() as conn:

@@ -165,3 +165,16 @@ def test_report_is_one_self_contained_page(tmp_path: Path) -> None:
     # nothing to fetch: no scripts, stylesheets, images or remote links
     for tag in ("<script", "<link", "<img", "src=", "href='http", 'href="http'):
         assert tag not in page
+
+
+def test_store_lives_in_the_engine_database(tmp_path: Path) -> None:
+    from appliance.store import Store
+
+    engine_store = Store(tmp_path / "zds.db")
+    probes = ProbeStore(engine_store.connect)
+    probes.save(_synthetic("e1", 10, 1))
+    assert probes.get("e1").summary["iops"] == 10
+    engine_store.close()
+    reopened = Store(tmp_path / "zds.db")  # the engine's tables and ours, one file
+    assert ProbeStore(reopened.connect).get("e1").id == "e1"
+    assert reopened.list_datastores() == []
