@@ -271,8 +271,8 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   cannot set property for 'tank/fs': 'volblocksize' is readonly
 #   cannot create 'tank/fs': invalid property 'nosuch'
 #   cannot create 'tank/v': volume size must be a multiple of volume block size
-#   The ZFS modules are not loaded.
-#   Try running 'modprobe zfs' as root to load them.
+#   The ZFS modules cannot be auto-loaded.
+#   Try running 'modprobe zfs' as root to manually load them.
 _UNAVAILABLE = ("modules are not loaded", "failed to initialize the libzfs library",
                 "/dev/zfs", "modprobe zfs", "currently suspended", "pool is unavailable")
 _NO_SPACE = ("out of space", "greater than available space", "no space left",

@@ -81,6 +81,9 @@ def classify(stderr: str) -> ZdsError:
     ("cannot create 'tank/v': property doesn't apply to datasets of this type",
      InvalidInput),
     ("cannot open 'tank': pool I/O is currently suspended", Unavailable),
+    # zfsutils-linux 2.3.2 run on this host (no zfs.ko), verbatim:
+    ("The ZFS modules cannot be auto-loaded.\n"
+     "Try running 'modprobe zfs' as root to manually load them.", Unavailable),
     ("The ZFS modules are not loaded.\nTry running 'modprobe zfs' as root to load them.",
      Unavailable),
 ])
