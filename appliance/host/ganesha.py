@@ -14,7 +14,8 @@ import ipaddress
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, TypeVar
@@ -558,7 +559,6 @@ _DOWN_ERRORS = (
     "org.freedesktop.DBus.Error.Timeout",
     "org.freedesktop.DBus.Error.TimedOut",
     "org.freedesktop.DBus.Error.FileNotFound",
-    "org.freedesktop.DBus.Error.AccessDenied",
 )
 _ERROR_LINE = re.compile(r"^Error ([A-Za-z0-9_.]+): (.*)$", re.S)
 
@@ -660,6 +660,12 @@ class Ganesha:
                     "is dbus running?"
                 ) from exc
             name, text = m.group(1), m.group(2)
+            if name == "org.freedesktop.DBus.Error.AccessDenied":
+                raise Unavailable(
+                    "the DBus policy does not let this user call nfs-ganesha (ZDS must run "
+                    "as root; nfs-ganesha's /etc/dbus-1/system.d/nfs-ganesha-dbus.conf "
+                    f"allows root only): {text.strip()}"
+                ) from exc
             if name in _DOWN_ERRORS:
                 raise Unavailable(
                     f"nfs-ganesha is not running or not answering on DBus ({text.strip()})"
@@ -697,14 +703,13 @@ class Ganesha:
         return True
 
     def list_exports(self) -> list[LiveExport]:
-        out: list[LiveExport] = []
-        for row in self._show_exports():
-            if row.export_id == 0:
-                continue
-            shown = self._display(row.export_id)
-            if shown is not None:  # None: removed between the two calls
-                out.append(LiveExport(shown.export_id, shown.path, shown.pseudo))
-        return sorted(out, key=lambda e: e.export_id)
+        """ShowExports, then DisplayExport for each export (the only call that gives the
+        pseudo path), a few at a time: ~0.45 s per 100 exports here sequentially."""
+        ids = sorted(r.export_id for r in self._show_exports() if r.export_id != 0)
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            shown = list(pool.map(self._display, ids))
+        # None: removed between the two calls
+        return [LiveExport(d.export_id, d.path, d.pseudo) for d in shown if d is not None]
 
     def rendered(self, export_id: int) -> str | None:
         try:
@@ -713,31 +718,38 @@ class Ganesha:
             return None
 
     def add_export(self, spec: ExportSpec) -> None:
+        """Add live; an export already live under this id (same path) is updated instead.
+
+        Two DBus calls on the way (ShowExports, AddExport), whatever the number of
+        exports; the slower per-export look-up runs only to explain a refusal."""
         s = check_spec(spec)
         text = render_export_block(s)
         self._check_path(s)
-        live = {e.export_id: e for e in self.list_exports()}
-        if s.export_id in live:
-            self._check_same_path(s, live[s.export_id])
-            self._apply(s, text, "UpdateExport")
+        rows = {r.export_id: r for r in self._show_exports() if r.export_id != 0}
+        if s.export_id in rows:
+            self._check_same_path(s, rows[s.export_id].path)
+            self._apply_explained(s, text, "UpdateExport")
             return
-        self._check_unique(s, live.values())
+        for r in rows.values():
+            if r.path == s.path:
+                raise Conflict(
+                    f"{s.path} is already exported by live NFS export {r.export_id}"
+                )
         try:
-            self._apply(s, text, "AddExport")
+            self._apply_explained(s, text, "AddExport")
         except GaneshaRefused as exc:
             if "already active" not in exc.text:
                 raise
-            self._apply(s, text, "UpdateExport")  # added meanwhile by someone else
+            self._apply_explained(s, text, "UpdateExport")  # added meanwhile by someone else
 
     def update_export(self, spec: ExportSpec) -> None:
         s = check_spec(spec)
         text = render_export_block(s)
-        live = {e.export_id: e for e in self.list_exports()}
-        if s.export_id not in live:
+        rows = {r.export_id: r for r in self._show_exports() if r.export_id != 0}
+        if s.export_id not in rows:
             raise NotFound(f"NFS export {s.export_id} is not live in nfs-ganesha")
-        self._check_same_path(s, live[s.export_id])
-        self._check_unique(s, (e for e in live.values() if e.export_id != s.export_id))
-        self._apply(s, text, "UpdateExport")
+        self._check_same_path(s, rows[s.export_id].path)
+        self._apply_explained(s, text, "UpdateExport")
 
     def remove_export(self, export_id: int) -> None:
         check_export_id(export_id)
@@ -800,21 +812,28 @@ class Ganesha:
             )
 
     @staticmethod
-    def _check_same_path(s: ExportSpec, live: LiveExport) -> None:
-        if live.path != s.path:
+    def _check_same_path(s: ExportSpec, live_path: str) -> None:
+        if live_path != s.path:
             raise Conflict(
-                f"NFS export {s.export_id} already serves {live.path}; an export's path "
+                f"NFS export {s.export_id} already serves {live_path}; an export's path "
                 f"cannot change to {s.path} (remove it and add a new one)"
             )
 
-    @staticmethod
-    def _check_unique(s: ExportSpec, others: Iterable[LiveExport]) -> None:
-        for e in others:
-            if e.path == s.path or e.pseudo == s.pseudo:
-                raise Conflict(
-                    f"{s.path} (pseudo {s.pseudo}) clashes with live NFS export {e.export_id} "
-                    f"({e.path}, pseudo {e.pseudo})"
-                )
+    def _apply_explained(self, s: ExportSpec, text: str, method: str) -> None:
+        """:meth:`_apply`; when ganesha refuses the block, say why if another export holds
+        the same pseudo path (ganesha only answers "invalid param value")."""
+        try:
+            self._apply(s, text, method)
+        except GaneshaRefused as exc:
+            if "already active" in exc.text:
+                raise
+            for e in self.list_exports():
+                if e.export_id != s.export_id and e.pseudo == s.pseudo:
+                    raise Conflict(
+                        f"pseudo path {s.pseudo} is already used by live NFS export "
+                        f"{e.export_id} ({e.path})"
+                    ) from exc
+            raise
 
     def _apply(self, s: ExportSpec, text: str, method: str) -> None:
         """Write the file, load it with ``method``; on any failure put the old file back

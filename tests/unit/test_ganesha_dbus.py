@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import HostCommandFailed, InvalidInput, NotFound, Unavailable
+from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, Unavailable
 from appliance.host.ganesha import (
     ClientRule,
     ExportSpec,
@@ -65,6 +65,12 @@ class Bus:
         if isinstance(reply, tuple):
             return CommandResult(argv, reply[0], "", reply[1])
         return CommandResult(argv, 0, reply, "")
+
+    def move_101(self, path: str) -> None:
+        """Pretend the captured export 101 lives at ``path``."""
+        self.replies["ShowExports"] = SHOW_EXPORTS.replace("/tmp/gtry/data/ds1", path)
+        self.replies["DisplayExport"] = lambda argv: DISPLAY[101].replace(
+            "/tmp/gtry/data/ds1", path) if argv[7] == "uint16:101" else DISPLAY[102]
 
     def methods(self) -> list[str]:
         return [c[6].rsplit(".", 1)[-1] for c in self.runner.calls]
@@ -200,8 +206,7 @@ def test_add_writes_file_then_calls_add_export(bus: Bus, g: Ganesha, tmp_path: P
 
 def test_add_existing_id_updates_instead(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
     bus.replies["UpdateExport"] = UPDATED
-    bus.replies["DisplayExport"] = lambda argv: DISPLAY[101].replace(
-        "/tmp/gtry/data/ds1", str(tmp_path)) if argv[7] == "uint16:101" else DISPLAY[102]
+    bus.move_101(str(tmp_path))
     g.add_export(spec(101, str(tmp_path)))
     assert bus.methods()[-1] == "UpdateExport"
     assert "AddExport" not in bus.methods()
@@ -227,8 +232,7 @@ def test_add_with_skipped_config_rolls_back(bus: Bus, g: Ganesha, tmp_path: Path
 
 def test_update_with_skipped_config_restores_old_block(bus: Bus, g: Ganesha,
                                                         tmp_path: Path) -> None:
-    bus.replies["DisplayExport"] = lambda argv: DISPLAY[101].replace(
-        "/tmp/gtry/data/ds1", str(tmp_path)) if argv[7] == "uint16:101" else DISPLAY[102]
+    bus.move_101(str(tmp_path))
     bus.replies["UpdateExport"] = [UPDATED, ADD_ERRORS.replace("added", "updated"), UPDATED]
     g.update_export(spec(101, str(tmp_path)))
     old = g.rendered(101)
@@ -251,6 +255,36 @@ def test_update_unknown_is_not_found(bus: Bus, g: Ganesha, tmp_path: Path) -> No
     with pytest.raises(NotFound):
         g.update_export(spec(103, str(tmp_path)))
     assert "UpdateExport" not in bus.methods()
+
+
+def test_add_and_update_use_two_dbus_calls(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
+    bus.replies["AddExport"] = ADDED
+    bus.replies["UpdateExport"] = UPDATED
+    g.add_export(spec(103, str(tmp_path)))
+    assert bus.methods() == ["ShowExports", "AddExport"]
+    bus.move_101(str(tmp_path / "x"))
+    (tmp_path / "x").mkdir()
+    g.update_export(spec(101, str(tmp_path / "x"), "RO"))
+    assert bus.methods()[2:] == ["ShowExports", "UpdateExport"]
+
+
+def test_refusal_for_a_pseudo_clash_is_explained(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
+    bus.replies["AddExport"] = (1, "Error org.freedesktop.DBus.Error.InvalidFileContent: "
+                                   "0 export entries in x added because (invalid param value)")
+    clash = ExportSpec(103, str(tmp_path), "/tmp/gtry/data/ds2", (3,), ())
+    with pytest.raises(Conflict, match="pseudo path /tmp/gtry/data/ds2 is already used by "
+                                       "live NFS export 102"):
+        g.add_export(clash)
+    assert g.rendered(103) is None
+
+
+def test_same_path_under_another_id_is_a_conflict(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
+    bus.move_101(str(tmp_path))
+    with pytest.raises(Conflict, match="already exported by live NFS export 101"):
+        g.add_export(ExportSpec(103, str(tmp_path), "/other", (3,), ()))
+    with pytest.raises(Conflict, match="cannot change"):
+        g.update_export(spec(102, str(tmp_path)))
+    assert bus.methods().count("AddExport") == 0
 
 
 def test_remove(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
@@ -279,6 +313,13 @@ def test_down_is_unavailable(bus: Bus, g: Ganesha, stderr: str, tmp_path: Path) 
     with pytest.raises(Unavailable):
         g.remove_export(103)
     assert g.rendered(103) is None
+
+
+def test_dbus_policy_denial_is_explained(bus: Bus, g: Ganesha) -> None:
+    bus.replies["ShowExports"] = (1, "Error org.freedesktop.DBus.Error.AccessDenied: "
+                                     "Rejected send message, 1 matched rules")
+    with pytest.raises(Unavailable, match="DBus policy"):
+        g.list_exports()
 
 
 def test_garbage_reply_is_host_command_failed(bus: Bus, g: Ganesha) -> None:
