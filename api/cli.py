@@ -49,6 +49,23 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The API on in-memory fakes (no ZFS/LIO/ganesha needed): to try the API anywhere."""
+    import tempfile
+
+    import uvicorn
+
+    from api.app import create_app
+    from appliance.demo import demo_engine
+
+    engine = demo_engine(Path(args.state_dir or tempfile.mkdtemp(prefix="zds-demo-")))
+    token = engine.tokens.create("demo", "admin")
+    print(f"ZDS demo API (in-memory fakes, nothing is stored on disk devices)\n"
+          f"  http://{args.host}:{args.port}/docs\n  token: {token}", flush=True)
+    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
 def cmd_openapi(args: argparse.Namespace) -> int:
     from api.openapi import openapi_document
 
@@ -314,6 +331,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_serve)
 
     sub.add_parser("openapi", help="print the OpenAPI document").set_defaults(func=cmd_openapi)
+    dm = sub.add_parser("demo", help="run the API on in-memory fakes (try it anywhere)")
+    dm.add_argument("--host", default="127.0.0.1")
+    dm.add_argument("--port", type=int, default=8080)
+    dm.set_defaults(func=cmd_demo)
     sub.add_parser("firstboot", help="TLS cert, admin token, default pool (idempotent)") \
         .set_defaults(func=cmd_firstboot)
 

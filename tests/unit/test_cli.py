@@ -1,0 +1,131 @@
+"""The zds command line against a real HTTP server (uvicorn in a thread, fake engine)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+
+from api.app import create_app
+from api.cli import main
+from appliance.demo import demo_engine
+from appliance.engine import Engine
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, str, Engine]]:
+    engine = demo_engine(tmp_path)
+    token = engine.tokens.create("cli", "admin")
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(engine, start=False), host="127.0.0.1",
+                                        port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    while not srv.started and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert srv.started
+    yield f"http://127.0.0.1:{port}", token, engine
+    srv.should_exit = True
+    thread.join(timeout=10)
+    engine.close()
+
+
+def zds(capsys: pytest.CaptureFixture[str], server: tuple[str, str, Engine],
+        *argv: str) -> tuple[int, str]:
+    url, token, _ = server
+    rc = main(["--server", url, "--token", token, *argv])
+    return rc, capsys.readouterr().out
+
+
+def test_datastore_lifecycle_from_the_cli(capsys: pytest.CaptureFixture[str],
+                                          server: tuple[str, str, Engine]) -> None:
+    rc, out = zds(capsys, server, "--json", "datastore", "put", "ds1", "--protocol", "nfs3",
+                  "--size", "10G", "--client", "192.0.2.0/24:ro")
+    d = json.loads(out)
+    assert rc == 0 and d["nfs"]["clients"] == [{"match": "192.0.2.0/24", "access": "ro"}]
+    rc, out = zds(capsys, server, "datastore", "put", "lun1", "--protocol", "iscsi",
+                  "--size", "5G", "--initiator", "iqn.2026-11.org.example:host1")
+    assert rc == 0 and "target iqn.2026-11.io.zds:zds-demo.lun1" in out
+    rc, out = zds(capsys, server, "datastore", "list")
+    assert out.splitlines()[0].split()[:3] == ["NAME", "PROTOCOL", "POOL"]
+    assert {line.split()[0] for line in out.splitlines()[1:]} == {"ds1", "lun1"}
+    rc, out = zds(capsys, server, "datastore", "attach", "ds1")
+    assert "esxcli storage nfs add" in out and "<pool type='netfs'>" in out
+    rc, out = zds(capsys, server, "snapshot", "create", "ds1", "s1")
+    assert "tank/datastores/ds1@s1" in out
+    rc, out = zds(capsys, server, "--json", "snapshot", "list", "ds1")
+    assert [s["name"] for s in json.loads(out)] == ["s1"]
+    rc, out = zds(capsys, server, "--json", "datastore", "delete", "lun1", "--wait", "10")
+    assert rc == 0 and json.loads(out)["state"] == "succeeded"
+    rc, out = zds(capsys, server, "--json", "system", "drift")
+    assert json.loads(out) == {"in_sync": True, "items": []}
+
+
+def test_cli_errors_are_clear(capsys: pytest.CaptureFixture[str],
+                              server: tuple[str, str, Engine]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        zds(capsys, server, "datastore", "put", "bad;name", "--protocol", "nfs3",
+            "--size", "1G")
+    assert "422 invalid_input" in str(exc.value)
+    url, _, _ = server
+    with pytest.raises(SystemExit) as exc:
+        main(["--server", url, "--token", "zds_000000000000_" + "x" * 43, "pool", "list"])
+    assert "401" in str(exc.value)
+
+
+def test_pool_and_igroup_commands(capsys: pytest.CaptureFixture[str],
+                                  server: tuple[str, str, Engine]) -> None:
+    rc, out = zds(capsys, server, "pool", "create", "fast", "/dev/disk/by-id/virtio-demo0",
+                  "/dev/disk/by-id/virtio-demo1", "--layout", "mirror")
+    assert rc == 0 and "succeeded" in out
+    rc, out = zds(capsys, server, "--json", "pool", "list")
+    assert {p["name"] for p in json.loads(out)} == {"tank", "fast"}
+    rc, out = zds(capsys, server, "igroup", "put", "esx", "iqn.1998-01.com.vmware:esxi01-4f2a")
+    assert rc == 0 and "esx:" in out
+    rc, out = zds(capsys, server, "--json", "job", "list")
+    assert json.loads(out)[0]["kind"] == "pool.create"
+
+
+def test_local_token_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--state-dir", str(tmp_path), "--config", str(tmp_path / "none.toml")]
+    assert main([*base, "--json", "token", "create", "--role", "readonly", "--name", "ro"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    assert token.startswith("zds_")
+    main([*base, "--json", "token", "list"])
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["name"], r["role"]) for r in rows] == [("ro", "readonly")]
+    assert "hash" not in rows[0]
+    assert main([*base, "token", "revoke", rows[0]["id"]]) == 0
+    assert main([*base, "token", "revoke", rows[0]["id"]]) == 2  # not found: clear error
+
+
+def test_openapi_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["openapi"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["info"]["title"].startswith("ZDS")
+
+
+def test_tls_certificate_is_made_once(tmp_path: Path) -> None:
+    from appliance.host.local import RealLocalHost
+    from appliance.host.run import SubprocessRunner
+
+    local = RealLocalHost(SubprocessRunner())
+    cert, key = tmp_path / "tls" / "cert.pem", tmp_path / "tls" / "key.pem"
+    assert local.ensure_tls_certificate(cert, key, "zds-test") is True
+    assert "BEGIN CERTIFICATE" in cert.read_text() and key.stat().st_mode & 0o077 == 0
+    first = cert.read_bytes()
+    assert local.ensure_tls_certificate(cert, key, "zds-test") is False
+    assert cert.read_bytes() == first
