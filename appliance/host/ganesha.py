@@ -3,10 +3,28 @@
 Exports are never put into ganesha.conf: ZDS writes each export's block to its own file
 in ``exports_dir`` and adds/updates/removes it with the ExportMgr DBus methods, so
 ganesha never starts with a path that is not mounted yet, and the reconciler re-adds
-everything after ``zpool import``. ``appliance.host.fakes.FakeGanesha`` is the twin.
-Errors: DBus/ganesha down -> ``Unavailable``; unknown export id -> ``NotFound``.
-"""
+everything after ``zpool import``. ``appliance.host.fakes.ganesha.FakeGanesha`` is the
+twin; ``appliance.host.contract.ganesha_checks`` holds both to one contract.
+Errors: DBus/ganesha down -> ``Unavailable``; unknown export id -> ``NotFound``;
+a path/pseudo clash or a missing export directory -> ``Conflict``; anything that cannot
+be rendered safely, or a client ganesha cannot resolve -> ``InvalidInput``.
 
+DBus API used (identical in ganesha 4.3 and 5.9; object /org/ganesha/nfsd/ExportMgr,
+interface org.ganesha.nfsd.exportmgr unless said otherwise):
+  AddExport(s file, s "EXPORT(Export_Id=N)") -> s message   (error if the id is live)
+  UpdateExport(s file, s expr) -> s message
+  RemoveExport(q id)                                        (error if unknown)
+  ShowExports() -> (tt) stats epoch, a(q id, s path, ((sb)x8) protocols used, (tt) last)
+  DisplayExport(q id) -> q id, s path, s pseudo, s tag, a(siyyiuuuuu) CLIENT matches
+  /org/ganesha/nfsd/ClientMgr org.ganesha.nfsd.clientmgr.ShowClients()
+      -> (tt) now, a(s address, ((sb)x8) protocols used, (tt) last request)
+Config problems ganesha can skip (an unresolvable client) do NOT fail Add/UpdateExport:
+they come back as "Errors found:" in the message and the export is live without them;
+the adapter treats that as a failure and rolls back.
+
+Host packages: dbus-bin (dbus-send), dbus + dbus-daemon (the system bus), nfs-ganesha,
+nfs-ganesha-vfs, rpcbind (NFSv3); ZFS datasets exported need acltype=posixacl.
+"""
 from __future__ import annotations
 
 import contextlib

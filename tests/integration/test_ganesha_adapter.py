@@ -138,6 +138,7 @@ def test_nfs4_export_block_is_accepted(ganesha_env: GaneshaHarness) -> None:
     assert [e.export_id for e in g.list_exports()] == [120]
     ls = h.nfs_client(["nfs-ls", f"nfs://127.0.0.1{path}?version=4&nfsport=2049"])
     assert ls.returncode == 0, ls.stderr
+    assert g.connected_clients(120) == ["127.0.0.1"]
 
 
 def test_unavailable_when_no_ganesha_or_no_bus(ganesha_env: GaneshaHarness,
