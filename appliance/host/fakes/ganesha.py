@@ -121,9 +121,10 @@ class FakeGanesha:
     @staticmethod
     def _unique(s: ExportSpec, others: Iterable[ExportSpec]) -> None:
         for e in others:
-            if e.path == s.path or e.pseudo == s.pseudo:
+            if e.path == s.path:
+                raise Conflict(f"{s.path} is already exported by live NFS export {e.export_id}")
+            if e.pseudo == s.pseudo:
                 raise Conflict(
-                    f"{s.path} (pseudo {s.pseudo}) clashes with live NFS export {e.export_id} "
-                    f"({e.path}, pseudo {e.pseudo})"
+                    f"pseudo path {s.pseudo} is already used by live NFS export "
+                    f"{e.export_id} ({e.path})"
                 )
-
