@@ -166,7 +166,9 @@ class Engine:
         return Desired(exports, targets)
 
     def plan(self, exclude: set[str] | None = None) -> list[rc.Action]:
-        want = self.desired(exclude)
+        return self._plan(self.desired(exclude))
+
+    def _plan(self, want: Desired) -> list[rc.Action]:
         lio_up = self.lio.available()
         ganesha_up = self.ganesha.available()
         return rc.plan(
@@ -184,8 +186,8 @@ class Engine:
         """Applies the difference between records and live LIO/ganesha. A daemon that is
         down is reported as an error for each object it should serve."""
         with self.lock:
-            report = rc.apply(self.plan(exclude), self.ganesha, self.lio)
             want = self.desired(exclude)
+            report = rc.apply(self._plan(want), self.ganesha, self.lio)
             if want.exports and not self.ganesha.available():
                 report.errors += [f"add_export {e.export_id}: nfs-ganesha is not running"
                                   for e in want.exports]

@@ -59,7 +59,9 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
                 layout = s.firstboot_layout if len(disks) >= 2 else "disk"
                 vdevs = ([VdevRequest("disk", [d]) for d in disks] if layout == "disk"
                          else [VdevRequest(layout, disks)])
-                req = PoolRequest(name=pool, vdevs=vdevs, force=True)
+                # no -f: a disk that holds anything (a file system, an old label) is refused,
+                # and the message tells the admin; nothing is overwritten at boot
+                req = PoolRequest(name=pool, vdevs=vdevs)
             else:
                 demo = True
                 req = PoolRequest(name=pool, sparse_files={
