@@ -28,7 +28,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -215,6 +215,17 @@ class Lio:
     def _session(self, what: str) -> Iterator[tuple[Any, Any, Any]]:
         """(rtslib module, RTSRoot, iSCSI fabric); rtslib/OS errors become engine errors."""
         rtslib = self._rtslib()
+        # rtslib caches backstore indexes per process (tcm.bs_cache); this process lives
+        # long and targetcli may run beside it, so every operation rescans configfs.
+        cache = getattr(getattr(rtslib, "tcm", None), "bs_cache", None)
+        if isinstance(cache, dict):
+            cache.clear()
+        # RTSRoot() points the kernel's dbroot at this directory (Debian's rtslib:
+        # /etc/rtslib-fb-target, shipped by targetcli-fb only) and fails if it is missing.
+        dbroot = getattr(rtslib.RTSRoot, "_preferred_dbroot", None)
+        if isinstance(dbroot, str) and dbroot.startswith("/"):
+            with suppress(OSError):  # if it still fails, RTSRoot() says what is wrong
+                os.makedirs(dbroot, exist_ok=True)
         try:
             root = rtslib.RTSRoot()
             fabric = rtslib.FabricModule("iscsi")

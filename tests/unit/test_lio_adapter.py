@@ -16,6 +16,7 @@ import sys
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -133,6 +134,8 @@ class BlockStorageObject:
 
 
 class RTSRoot:
+    _preferred_dbroot = ""  # set per test: Debian's is /etc/rtslib-fb-target
+
     @property
     def storage_objects(self) -> Iterator[BlockStorageObject]:
         for name in list(W.storage):
@@ -341,10 +344,14 @@ class MappedLUN:
 
 
 @pytest.fixture
-def lio(monkeypatch: pytest.MonkeyPatch) -> Iterator[Lio]:
+def lio(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Lio]:
     global W
     W = World(set(DEVICES))
+    monkeypatch.setattr(RTSRoot, "_preferred_dbroot", str(tmp_path / "rtslib-fb-target"))
     mod = types.ModuleType("rtslib_fb")
+    tcm = types.ModuleType("rtslib_fb.tcm")
+    tcm.bs_cache = {"iblock/stale": 7}  # type: ignore[attr-defined]
+    mod.tcm = tcm  # type: ignore[attr-defined]
     for obj in (RTSLibError, RTSRoot, FabricModule, Target, TPG, NetworkPortal, LUN,
                 NodeACL, MappedLUN, BlockStorageObject):
         setattr(mod, obj.__name__, obj)
@@ -448,3 +455,10 @@ def test_without_rtslib_everything_is_unavailable(monkeypatch: pytest.MonkeyPatc
         real.list_targets()
     with pytest.raises(Unavailable):
         real.remove_target("iqn.2026-11.org.zds:vm01")
+
+
+def test_dbroot_made_and_backstore_cache_dropped(lio: Lio) -> None:
+    rtslib = sys.modules["rtslib_fb"]
+    lio.list_backstores()
+    assert Path(RTSRoot._preferred_dbroot).is_dir()
+    assert rtslib.tcm.bs_cache == {}
