@@ -137,8 +137,10 @@ class GaneshaHarness:
     def ganesha_pid(self) -> int:
         return self.procs["ganesha"].pid
 
-    def adapter(self, **kw: object) -> Ganesha:
-        return Ganesha(SubprocessRunner(), self.exports_dir, self.dbus_address, **kw)  # type: ignore[arg-type]
+    def adapter(self, active_window: float | None = 600.0) -> Ganesha:
+        """A real ``Ganesha`` adapter on this harness's bus and exports dir."""
+        return Ganesha(SubprocessRunner(), self.exports_dir, self.dbus_address,
+                       active_window=active_window)
 
     def make_export_dir(self, name: str) -> str:
         path = self.export_base / name
@@ -154,14 +156,14 @@ class GaneshaHarness:
     # -- lifecycle -------------------------------------------------------------------------
 
     def start(self) -> GaneshaHarness:
-        missing = [b for b in REQUIRED_BINARIES if shutil.which(b) is None]
-        if missing:
-            raise HarnessError(
-                f"missing {', '.join(missing)}: run scripts/setup-host.sh ({PACKAGES_HINT})"
-            )
-        if os.geteuid() != 0:
-            raise HarnessError("the ganesha harness needs root (namespaces, rpcbind, ganesha)")
         try:
+            missing = [b for b in REQUIRED_BINARIES if shutil.which(b) is None]
+            if missing:
+                raise HarnessError(
+                    f"missing {', '.join(missing)}: run scripts/setup-host.sh ({PACKAGES_HINT})"
+                )
+            if os.geteuid() != 0:
+                raise HarnessError("the ganesha harness needs root (namespaces, rpcbind, ganesha)")
             self._start()
         except BaseException:
             self.stop()

@@ -15,12 +15,12 @@ RW = (ClientRule(("127.0.0.1",), "RW"),)
 
 def test_contract_fake() -> None:
     fake = FakeGanesha()
-    check_contract(
-        fake,
-        make_dir=lambda name: f"/tank/{name}",
-        missing_dir=lambda name: (fake.missing_paths.add(f"/tank/gone/{name}"),
-                                  f"/tank/gone/{name}")[1],
-    )
+
+    def missing_dir(name: str) -> str:
+        fake.missing_paths.add(f"/tank/gone/{name}")
+        return f"/tank/gone/{name}"
+
+    check_contract(fake, make_dir=lambda name: f"/tank/{name}", missing_dir=missing_dir)
 
 
 def test_fake_is_a_ganesha_host() -> None:
