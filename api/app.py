@@ -37,6 +37,7 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if start:
             engine.start()
+            engine.watch(engine.settings.reconcile_interval)
         yield
 
     app = FastAPI(title="ZDS — ZFS Datastore Server", version=__version__,

@@ -62,6 +62,8 @@ class Engine:
         self.snapshots = SnapshotService(self)
         self.system = SystemService(self)
         self.tokens = TokenService(store)
+        self._stop_watch = threading.Event()
+        self._watcher: threading.Thread | None = None
 
     @classmethod
     def real(cls, settings: Settings) -> Engine:
@@ -234,7 +236,30 @@ class Engine:
                                               "restarting the API)"))
         return problems
 
+    def watch(self, interval: float) -> None:
+        """Re-applies desired state every ``interval`` seconds in a background thread,
+        so an export or LUN lost behind ZDS's back (a ganesha restart, a daemon that
+        came up after the API) comes back without anyone asking."""
+        if self._watcher is not None or interval <= 0:
+            return
+
+        def loop() -> None:
+            while not self._stop_watch.wait(interval):
+                try:
+                    report = self.reconcile()
+                except Exception:
+                    log.exception("periodic reconcile failed")
+                    continue
+                for action in report.applied:
+                    log.warning("repaired drift: %s", action.describe())
+
+        self._watcher = threading.Thread(target=loop, name="zds-reconcile", daemon=True)
+        self._watcher.start()
+
     def close(self) -> None:
+        self._stop_watch.set()
+        if self._watcher is not None:
+            self._watcher.join(timeout=5)
         self.jobs.shutdown()
         self.store.close()
 

@@ -45,6 +45,8 @@ class Settings:
     ganesha_dbus_address: str | None = None  # None: the system bus
     iqn_prefix: str = "iqn.2026-11.io.zds"
     iscsi_portal: tuple[str, int] = ("0.0.0.0", 3260)
+    # Seconds between background reconciles (0: only at start-up and on changes).
+    reconcile_interval: float = 60.0
     # Thin datastores may be promised up to this multiple of the pool's capacity.
     max_overcommit: float = 1.0
     # Address put into attach instructions when the request does not tell one.
@@ -108,6 +110,7 @@ def load_settings(path: Path | None = None) -> Settings:
         iqn_prefix=str(iscsi.get("iqn_prefix", base.iqn_prefix)),
         iscsi_portal=(host or "0.0.0.0", int(port or 3260)),
         max_overcommit=float(data.get("datastores", {}).get("max_overcommit", 1.0)),
+        reconcile_interval=float(api.get("reconcile_interval", base.reconcile_interval)),
         firstboot_pool=str(first.get("pool", base.firstboot_pool)),
         firstboot_disks=tuple(first.get("disks", base.firstboot_disks)),
         firstboot_layout=str(first.get("layout", base.firstboot_layout)),

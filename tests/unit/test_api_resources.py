@@ -310,3 +310,16 @@ def test_firstboot_demo_pool_and_token(tmp_path: Path) -> None:
     again = run_firstboot(engine)  # idempotent
     assert not again.pool_created and again.token == result.token
     engine.close()
+
+
+def test_background_reconcile_repairs_drift(tmp_path: Path) -> None:
+    rig = make_rig(tmp_path)
+    rig.engine.start()
+    rig.engine.datastores.put("ds", _req())
+    rig.ganesha.restart()  # exports lost behind our back
+    rig.engine.watch(0.05)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and not rig.ganesha.list_exports():
+        time.sleep(0.05)
+    assert [e.path for e in rig.ganesha.list_exports()] == ["/tank/datastores/ds"]
+    rig.engine.close()
