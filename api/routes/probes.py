@@ -1,0 +1,184 @@
+"""/api/v1/probes: built-in performance probes (profiles, runs as jobs, results, plots)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Response
+from fastapi.responses import HTMLResponse
+from pydantic import BaseModel, Field
+
+from api import convert, schemas
+from api.deps import EngineDep, PrincipalDep
+from api.routes.common import ERRORS, WaitQuery
+from appliance.errors import InvalidInput, NotFound
+from appliance.probes import plots
+from appliance.probes.model import ProbeResult
+from appliance.probes.service import ProbeRequest, service_of, submit
+from appliance.probes.store import ResultFilter
+
+router = APIRouter(prefix="/probes", tags=["probes"], responses=ERRORS)
+
+
+class ProbeRun(BaseModel):
+    profile: str = Field(description="a profile name from GET /probes/profiles")
+    datastore: str
+    target: Literal["local", "nfs", "iscsi"] = "local"
+    overrides: dict[str, Any] = Field(
+        default_factory=dict,
+        description="runtime, ramp, size, workers, iodepth, bs ... or preset=full")
+
+
+class ProbeJobOut(schemas.JobOut):
+    result_id: str = Field(description="the id the result will have: GET /probes/results/{id}")
+
+
+class ProbeProfileOut(BaseModel):
+    name: str
+    kind: str
+    what: str
+    tells_you: str
+    reports: str
+    source: str
+    defaults: dict[str, Any]
+    full: dict[str, Any]
+    params: list[dict[str, Any]]
+    published: list[dict[str, Any]]
+    needs_directory: bool
+    notes: str
+
+
+class ProbeResultOut(BaseModel):
+    id: str
+    profile: str
+    params: dict[str, Any]
+    target: dict[str, Any]
+    settings: dict[str, Any]
+    started_at: str
+    ended_at: str
+    status: str
+    summary: dict[str, float]
+    steps: list[dict[str, Any]]
+    cpu: dict[str, Any]
+    arc: dict[str, Any] | None
+    error: str
+    extra: dict[str, Any]
+    published: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _out(r: ProbeResult, series: bool = True, published: bool = False,
+         engine: Any = None) -> ProbeResultOut:
+    d = r.to_dict()
+    if not series:
+        for st in d["steps"]:
+            st["series"] = []
+        d["cpu"] = {k: v for k, v in d["cpu"].items() if k != "series"}
+        d["extra"] = {k: v for k, v in d["extra"].items() if k != "jobfile"}
+    if published:
+        from appliance.probes.compare import against_published
+
+        d["published"] = [asdict(c) for c in against_published(r)]
+    return ProbeResultOut(**d)
+
+
+@router.get("/profiles", response_model=list[ProbeProfileOut])
+def list_profiles(engine: EngineDep, _: PrincipalDep) -> list[ProbeProfileOut]:
+    """Every profile of the catalogue with its parameters and the published figures."""
+    return [ProbeProfileOut(**asdict(p)) for p in service_of(engine).profiles()]
+
+
+@router.post("", status_code=202, response_model=ProbeJobOut)
+def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
+              wait: WaitQuery = 0) -> ProbeJobOut:
+    """Checks the request (profile, overrides, datastore, free space, one probe per
+    datastore) and runs the probe as a job; the result is kept even if it fails."""
+    svc = service_of(engine)
+    probe_id, job = submit(engine, svc, ProbeRequest(body.profile, body.datastore,
+                                                     body.target, body.overrides))
+    if wait > 0:
+        job = engine.jobs.wait(job.id, wait)
+    return ProbeJobOut(**convert.job_out(job).model_dump(), result_id=probe_id)
+
+
+@router.post("/results", status_code=201, response_model=ProbeResultOut)
+def post_result(body: dict[str, Any], engine: EngineDep, _: PrincipalDep) -> ProbeResultOut:
+    """A result measured on a client (``zds probe run --server ...``)."""
+    return _out(service_of(engine).record_client(body))
+
+
+@router.get("/results", response_model=list[ProbeResultOut])
+def list_results(
+    engine: EngineDep, _: PrincipalDep,
+    profile: str | None = None, datastore: str | None = None,
+    target: str | None = None, status: str | None = None,
+    since: str | None = None, until: str | None = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    series: bool = False,
+) -> list[ProbeResultOut]:
+    """Newest first; time series left out unless ``series=true``."""
+    f = ResultFilter(profile, datastore, target, status, since, until, limit, offset)
+    return [_out(r, series=series) for r in service_of(engine).list(f)]
+
+
+@router.get("/results/{result_id}", response_model=ProbeResultOut)
+def get_result(result_id: str, engine: EngineDep, _: PrincipalDep) -> ProbeResultOut:
+    """One result with its time series and the published figures beside it."""
+    return _out(service_of(engine).get(result_id), published=True)
+
+
+@router.delete("/results/{result_id}", status_code=204)
+def delete_result(result_id: str, engine: EngineDep, _: PrincipalDep) -> Response:
+    service_of(engine).store.delete(result_id)
+    return Response(status_code=204)
+
+
+@router.get("/compare")
+def compare_results(a: str, b: str, engine: EngineDep, _: PrincipalDep) -> dict[str, Any]:
+    """b / a for every metric both have (summary and per step); ``better`` by direction."""
+    return asdict(service_of(engine).compare(a, b))
+
+
+@router.get("/results/{result_id}/plot",
+            responses={200: {"content": {"image/svg+xml": {}, "image/png": {}}}})
+def plot_result(
+    result_id: str, engine: EngineDep, _: PrincipalDep,
+    kind: Literal["timeseries", "percentiles", "sweep", "size-sweep"] | None = None,
+    format: Literal["svg", "png"] = "svg",
+    with_: Annotated[str | None, Query(alias="with",
+                                       description="more result ids, comma separated")] = None,
+) -> Response:
+    """IOPS and latency over time, latency percentiles, sweep curves or size-sweep bars;
+    ``with`` overlays other results (e.g. local vs nfs)."""
+    ids = [result_id, *[i for i in (with_ or "").split(",") if i]]
+    data = service_of(engine).plot(ids, kind, format)
+    return Response(content=data,
+                    media_type="image/svg+xml" if format == "svg" else "image/png")
+
+
+@router.get("/report", response_class=HTMLResponse)
+def html_report(ids: str, engine: EngineDep, _: PrincipalDep,
+                title: str = "ZDS probe report") -> HTMLResponse:
+    """One self-contained HTML page (tables + inline SVG) for the given result ids."""
+    id_list = [i for i in ids.split(",") if i]
+    if not id_list:
+        raise InvalidInput("ids: give at least one result id")
+    return HTMLResponse(service_of(engine).report(id_list, title))
+
+
+@router.post("/{result_id}/cancel", response_model=dict[str, Any])
+def cancel_probe(result_id: str, engine: EngineDep, _: PrincipalDep) -> dict[str, Any]:
+    """Stops a running probe (fio is killed by PID); its result is saved as cancelled."""
+    if not service_of(engine).cancel(result_id):
+        raise NotFound(f"no running probe {result_id!r}")
+    return {"cancelled": result_id}
+
+
+@router.get("/running", response_model=dict[str, str])
+def running(engine: EngineDep, _: PrincipalDep) -> dict[str, str]:
+    """datastore -> probe id of the probes running now."""
+    return dict(service_of(engine).registry.running())
+
+
+__all__ = ["plots", "router"]

@@ -1,0 +1,366 @@
+"""The probe use cases: validate, run (as a job), record, list, compare, plot, report.
+
+:meth:`ProbeService.submit` checks everything it can first (profile, overrides, datastore,
+target, one probe per datastore, free space), then runs the probe as an engine job:
+scratch dataset/zvol like the datastore -> (nfs/iscsi: attach over loopback) -> fio ->
+result saved -> detach -> scratch destroyed. Results are saved also when the probe fails
+or is cancelled, so the record says what happened.
+
+:func:`for_engine` builds the service on the lead's Engine (its store, ZFS, ganesha, LIO,
+jobs); everything else takes plain callables so unit tests use fakes.
+"""
+
+from __future__ import annotations
+
+import builtins
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable, ZdsError
+from appliance.host.zfs import ZfsHost
+from appliance.probes import compare as _compare
+from appliance.probes import plots, profiles, report
+from appliance.probes.attach import Attacher, DatastoreRef
+from appliance.probes.execute import (
+    TARGET_KINDS,
+    CancelToken,
+    ProbeExecutor,
+    ProbeTarget,
+    new_id,
+    now_iso,
+)
+from appliance.probes.model import ProbeResult, StepResult, summarize
+from appliance.probes.params import Params
+from appliance.probes.profiles import Profile
+from appliance.probes.safety import ProbeRegistry, Scratch, ScratchManager, footprint
+from appliance.probes.store import ProbeStore, ResultFilter
+
+if TYPE_CHECKING:
+    from appliance.engine import Engine
+
+log = logging.getLogger(__name__)
+
+# ZFS properties recorded with each result (the settings in force)
+RECORDED_PROPS = ("recordsize", "volblocksize", "compression", "sync", "logbias", "atime",
+                  "xattr", "acltype", "primarycache", "secondarycache", "dedup", "checksum")
+
+
+@dataclass(frozen=True)
+class ProbeRequest:
+    profile: str
+    datastore: str
+    target: str = "local"
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Planned:
+    request: ProbeRequest
+    profile: Profile
+    params: Params
+    ref: DatastoreRef
+    need: int  # bytes the probe writes at most
+
+
+
+
+class ProbeService:
+    def __init__(
+        self,
+        store: ProbeStore,
+        executor: ProbeExecutor,
+        lookup: Callable[[str], DatastoreRef],
+        zfs: ZfsHost | None = None,
+        attachers: Mapping[str, Attacher] | None = None,
+        settings_for: Callable[[DatastoreRef], dict[str, Any]] | None = None,
+        registry: ProbeRegistry | None = None,
+    ) -> None:
+        self.store = store
+        self.executor = executor
+        self.lookup = lookup
+        self.zfs = zfs
+        self.scratch = ScratchManager(zfs) if zfs is not None else None
+        self.attachers = dict(attachers or {})
+        self.settings_for = settings_for or (lambda ref: {})
+        self.registry = registry or ProbeRegistry()
+        self._cleaned: set[str] = set()
+
+    # ----------------------------------------------------------------- catalogue
+    @staticmethod
+    def profiles() -> list[profiles.ProfileInfo]:
+        return [profiles.info(p) for p in profiles.PROFILES.values()]
+
+    # ----------------------------------------------------------------- running
+    def plan(self, req: ProbeRequest) -> Planned:
+        """Every check that can be made before anything is created (4xx on failure)."""
+        profile = profiles.get(req.profile)
+        params = profile.resolve(dict(req.overrides))
+        if req.target not in TARGET_KINDS or req.target == "client":
+            raise InvalidInput("target: expected local, nfs or iscsi (client results are "
+                               "posted by `zds probe run` on the client)")
+        ref = self.lookup(req.datastore)
+        if profile.kind == "fio":
+            if req.target == "nfs" and ref.is_volume:
+                raise InvalidInput(f"datastore {ref.name} is {ref.protocol}: use target "
+                                   "local or iscsi")
+            if req.target == "iscsi" and not ref.is_volume:
+                raise InvalidInput(f"datastore {ref.name} is {ref.protocol}: use target "
+                                   "local or nfs")
+            if ref.is_volume and profile.needs_directory:
+                raise InvalidInput(f"profile {profile.name} needs a file system; datastore "
+                                   f"{ref.name} is a zvol (run it on an NFS datastore or "
+                                   "from a client on a mounted path)")
+            if req.target != "local" and req.target not in self.attachers:
+                raise Unavailable(f"target {req.target} is not available on this appliance")
+        need = footprint(profile, params, is_device=ref.is_volume)
+        busy = self.registry.busy(ref.name)
+        if busy:
+            raise Conflict(f"probe {busy} is already running on datastore {ref.name}",
+                           detail={"probe": busy})
+        if self.scratch is not None and need:
+            self.scratch.check_space(ref.pool, need)
+        return Planned(req, profile, params, ref, need)
+
+    def run(self, req: ProbeRequest, probe_id: str | None = None,
+            cancel: CancelToken | None = None) -> ProbeResult:
+        """Runs one probe to the end (the job body). Always saves a result."""
+        planned = self.plan(req)
+        probe_id = probe_id or new_id()
+        cancel = cancel or CancelToken()
+        ref = planned.ref
+        with self.registry.hold(ref.name, probe_id, cancel):
+            self._clean_leftovers(ref.pool)
+            scratch: Scratch | None = None
+            target: ProbeTarget | None = None
+            attacher: Attacher | None = None
+            settings = dict(self.settings_for(ref))
+            started = now_iso()
+            cleanup_errors: list[str] = []
+            try:
+                if planned.profile.kind == "fio":
+                    scratch, target, attacher = self._prepare(planned, probe_id, settings)
+                else:
+                    target = ProbeTarget(req.target, ref.name, host="127.0.0.1")
+                result = self.executor.run(planned.profile.name, dict(req.overrides), target,
+                                           settings=settings, cancel=cancel,
+                                           result_id=probe_id)
+            except ZdsError as exc:
+                result = ProbeResult(
+                    id=probe_id, profile=planned.profile.name, params=dict(planned.params),
+                    target=(target.describe() if target else
+                            {"kind": req.target, "datastore": ref.name}),
+                    settings=settings, started_at=started, ended_at=now_iso(),
+                    status="cancelled" if cancel.cancelled else "failed", error=exc.message)
+            finally:
+                if attacher is not None and target is not None:
+                    try:
+                        attacher.detach(target)
+                    except ZdsError as exc:
+                        cleanup_errors.append(f"detach: {exc.message}")
+                if scratch is not None and self.scratch is not None:
+                    try:
+                        self.scratch.destroy(scratch)
+                    except ZdsError as exc:
+                        cleanup_errors.append(f"destroy {scratch.name}: {exc.message}")
+            if cleanup_errors:
+                result.extra["cleanup_errors"] = cleanup_errors
+            self.store.save(result)
+            return result
+
+    def _prepare(self, planned: Planned, probe_id: str, settings: dict[str, Any]
+                 ) -> tuple[Scratch, ProbeTarget, Attacher | None]:
+        if self.scratch is None or self.zfs is None:
+            raise Unavailable("ZFS is not available: no scratch dataset can be made")
+        ref = planned.ref
+        like = self.zfs.get_dataset(ref.dataset)
+        if like is None:
+            raise NotFound(f"dataset {ref.dataset} of datastore {ref.name} is missing")
+        scratch = self.scratch.create(ref.pool, ref.name, probe_id, planned.need,
+                                      volume=ref.is_volume, like=like)
+        info = self.zfs.get_dataset(scratch.name)
+        if info is not None:
+            settings["scratch"] = {"name": scratch.name, **{
+                k: info.prop(k) for k in RECORDED_PROPS if info.prop(k)}}
+        try:
+            kind = planned.request.target
+            if kind == "local":
+                return scratch, ProbeTarget("local", ref.name, scratch.path, scratch.is_volume,
+                                            details={"scratch": scratch.name}), None
+            attacher = self.attachers[kind]
+            return scratch, attacher.attach(ref, scratch, probe_id), attacher
+        except BaseException:
+            self.scratch.destroy(scratch)
+            raise
+
+    def _clean_leftovers(self, pool: str) -> None:
+        """Once per pool per process: scratch of probes a crash left behind."""
+        if self.scratch is None or pool in self._cleaned:
+            return
+        self._cleaned.add(pool)
+        running = {f"{pool}/zds-probes/{ds}-{pid}" for ds, pid in self.registry.running().items()}
+        with contextlib.suppress(ZdsError):
+            for name in self.scratch.clean_leftovers(pool, keep=running):
+                log.warning("removed probe scratch %s left by an earlier run", name)
+
+    def cancel(self, probe_id: str) -> bool:
+        return self.registry.cancel(probe_id)
+
+    # ----------------------------------------------------------------- client results
+    def record_client(self, body: Mapping[str, Any]) -> ProbeResult:
+        """A result posted by ``zds probe run`` on a client: validated, then stored."""
+        try:
+            r = ProbeResult.from_dict(dict(body))
+        except TypeError as exc:
+            raise InvalidInput(f"not a probe result: {exc}") from exc
+        profile = profiles.get(r.profile)
+        profile.resolve({k: v for k, v in r.params.items() if k not in profile.defaults
+                         or v != profile.defaults[k]})
+        self.lookup(r.datastore)  # the datastore must exist here
+        if r.target.get("kind") != "client":
+            raise InvalidInput("posted results must have target.kind = client")
+        if r.status not in ("ok", "failed", "cancelled"):
+            raise InvalidInput("status: expected ok, failed or cancelled")
+        if not all(isinstance(v, int | float) for v in r.summary.values()):
+            raise InvalidInput("summary values must be numbers")
+        for st in r.steps:
+            if not isinstance(st, StepResult) or not all(
+                    isinstance(v, int | float) for v in st.metrics.values()):
+                raise InvalidInput("step metrics must be numbers")
+        if not r.id.isalnum() or len(r.id) > 32:
+            raise InvalidInput("id: 1-32 letters and digits")
+        with contextlib.suppress(NotFound):
+            self.store.get(r.id)
+            raise Conflict(f"probe result {r.id} already exists")
+        r.summary = r.summary or summarize(r.steps, profile.summary_rule)
+        self.store.save(r)
+        return r
+
+    # ----------------------------------------------------------------- reading
+    def get(self, result_id: str) -> ProbeResult:
+        return self.store.get(result_id)
+
+    def list(self, f: ResultFilter | None = None) -> list[ProbeResult]:
+        return self.store.list(f)
+
+    def compare(self, a: str, b: str) -> _compare.Comparison:
+        return _compare.compare(self.store.get(a), self.store.get(b))
+
+    def published(self, result_id: str, local: str | None = None
+                  ) -> builtins.list[_compare.PublishedCheck]:
+        return _compare.against_published(self.store.get(result_id),
+                                         self.store.get(local) if local else None)
+
+    def plot(self, ids: builtins.list[str], kind: str | None, fmt: str) -> bytes:
+        results = [self.store.get(i) for i in ids]
+        return plots.render(kind or plots.default_kind(results[0]), results, fmt)
+
+    def report(self, ids: builtins.list[str], title: str = "ZDS probe report") -> str:
+        return report.render_html([self.store.get(i) for i in ids], title)
+
+
+# --------------------------------------------------------------------- engine wiring
+
+def for_engine(engine: Engine, executor: ProbeExecutor | None = None,
+               attachers: Mapping[str, Attacher] | None = None) -> ProbeService:
+    """The service on the lead's Engine (real host adapters unless given)."""
+    from appliance import __version__
+
+    def lookup(name: str) -> DatastoreRef:
+        rec = engine.store.get_datastore(name)
+        if rec is None:
+            raise NotFound(f"datastore {name!r} not found")
+        if rec.state != "ready":
+            raise Conflict(f"datastore {name} is {rec.state}")
+        return DatastoreRef(rec.name, rec.spec.pool, rec.spec.dataset, not rec.spec.is_nfs,
+                            rec.spec.protocol)
+
+    def settings_for(ref: DatastoreRef) -> dict[str, Any]:
+        out: dict[str, Any] = {"zds_version": __version__,
+                               "datastore": {"protocol": ref.protocol,
+                                             "dataset": ref.dataset}}
+        with contextlib.suppress(ZdsError):
+            out["versions"] = engine.local.versions()
+        with contextlib.suppress(ZdsError):
+            info = engine.zfs.get_dataset(ref.dataset)
+            if info is not None:
+                out["zfs"] = {k: info.prop(k) for k in RECORDED_PROPS if info.prop(k)}
+        rec = engine.store.get_datastore(ref.name)
+        if rec is not None and rec.export_id is not None:
+            out["ganesha"] = {"export_id": rec.export_id}
+        if rec is not None and rec.iqn is not None:
+            with contextlib.suppress(ZdsError):
+                out["lio"] = {"iqn": rec.iqn, **engine.lio.tpg_attributes(rec.iqn)}
+        return out
+
+    if executor is None:
+        executor, attachers = _real_hosts(engine, attachers)
+    return ProbeService(ProbeStore(engine.store.connect), executor, lookup, engine.zfs,
+                        attachers, settings_for)
+
+
+def _real_hosts(engine: Engine, attachers: Mapping[str, Attacher] | None
+                ) -> tuple[ProbeExecutor, Mapping[str, Attacher]]:
+    from appliance.host.fio import Fio
+    from appliance.host.iscsi_initiator import IscsiInitiator
+    from appliance.host.localfs import LocalFs
+    from appliance.host.net import Iperf3
+    from appliance.host.nfsclient import NfsClient
+    from appliance.host.run import SubprocessRunner
+    from appliance.host.spawn import PopenSpawner
+    from appliance.host.sysstat import SysStats
+    from appliance.probes.attach import IscsiSelfAttach, NfsSelfAttach
+
+    runner = SubprocessRunner()
+    spawner = PopenSpawner()
+    workroot = Path(engine.settings.state_dir) / "probes"
+    executor = ProbeExecutor(Fio(runner, spawner), str(workroot), stats=SysStats(),
+                             iperf=Iperf3(runner, spawner), sync=LocalFs(runner).sync)
+    if attachers is None:
+        attachers = {
+            "nfs": NfsSelfAttach(engine.ganesha, NfsClient(runner)),
+            "iscsi": IscsiSelfAttach(engine.lio, IscsiInitiator(runner),
+                                     engine.settings.iqn_prefix, engine.settings.iscsi_portal),
+        }
+    return executor, attachers
+
+
+def service_of(engine: Engine) -> ProbeService:
+    """The engine's probe service, made on first use (``engine.probes`` if the engine
+    defines one)."""
+    svc = getattr(engine, "probes", None)
+    if isinstance(svc, ProbeService):
+        return svc
+    svc = for_engine(engine)
+    engine.probes = svc  # type: ignore[attr-defined]
+    return svc
+
+
+def submit(engine: Engine, svc: ProbeService, req: ProbeRequest) -> tuple[str, Any]:
+    """Checks the request, then runs it as an engine job; returns (probe id, job)."""
+    from appliance.jobs import JobCancelled, JobContext
+
+    planned = svc.plan(req)
+    probe_id = new_id()
+
+    def body(ctx: JobContext) -> dict[str, Any]:
+        token = CancelToken()
+        ctx.on_cancel.append(token.cancel)
+        if ctx.cancelled:
+            token.cancel()
+        ctx.progress(0.01, f"probe {probe_id}: {planned.profile.name} on {req.datastore}")
+        result = svc.run(req, probe_id, token)
+        if result.status == "cancelled":
+            raise JobCancelled()
+        if result.status == "failed":
+            raise ZdsError(f"probe {probe_id} failed: {result.error}",
+                           detail={"result_id": probe_id})
+        return {"result_id": probe_id, "status": result.status, "summary": result.summary}
+
+    job = engine.jobs.submit("probe", req.datastore, body,
+                             message=f"probe {probe_id}: {planned.profile.name} "
+                                     f"({req.target})")
+    return probe_id, job
