@@ -34,3 +34,23 @@ class LocalFs:
 
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def fs_usage(path: str) -> tuple[int, int]:
+    """(total, used) bytes of the file system holding ``path`` (statvfs)."""
+    import os
+
+    st = os.statvfs(path)
+    total = st.f_blocks * st.f_frsize
+    free = st.f_bavail * st.f_frsize
+    return total, total - free
+
+
+def is_block_device(path: str) -> bool:
+    import os
+    import stat
+
+    try:
+        return stat.S_ISBLK(os.stat(path).st_mode)
+    except OSError:
+        return False
