@@ -190,6 +190,7 @@ def check_volumes(zfs: ZfsHost, pool: str,
         rinfo = zfs.get_dataset(root)
         assert rinfo is not None
         free = rinfo.int_prop("available")
+        big = (free // MiB + 1024) * MiB  # more than is free, a multiple of volblocksize
         thick = f"{root}/thick"
         zfs.create_volume(thick, 32 * MiB, sparse=False,
                           properties={"volblocksize": "16384", "compression": "lz4",
@@ -208,13 +209,12 @@ def check_volumes(zfs: ZfsHost, pool: str,
             assert device_exists(f"/dev/zvol/{thick}")
 
         sparse = f"{root}/sparse"
-        zfs.create_volume(sparse, free + 1024 * MiB, sparse=True, properties={})
+        zfs.create_volume(sparse, big, sparse=True, properties={})
         sinfo = zfs.get_dataset(sparse)
         assert sinfo is not None and sinfo.int_prop("refreservation") == 0
-        assert sinfo.int_prop("volsize") == free + 1024 * MiB
+        assert sinfo.int_prop("volsize") == big
 
-        expect(InsufficientSpace, zfs.create_volume, f"{root}/huge", free + 1024 * MiB,
-               False, {})
+        expect(InsufficientSpace, zfs.create_volume, f"{root}/huge", big, False, {})
         assert zfs.get_dataset(f"{root}/huge") is None
         expect(InvalidInput, zfs.create_volume, f"{root}/odd", 32 * MiB + 512, False, {})
         assert zfs.get_dataset(f"{root}/odd") is None
@@ -228,8 +228,7 @@ def check_volumes(zfs: ZfsHost, pool: str,
         info = zfs.get_dataset(thick)
         assert info is not None and info.int_prop("volsize") == 48 * MiB
         assert info.int_prop("refreservation") >= 48 * MiB
-        expect(InsufficientSpace, zfs.set_properties, thick,
-               {"volsize": str(free + 2048 * MiB)})
+        expect(InsufficientSpace, zfs.set_properties, thick, {"volsize": str(big + 1024 * MiB)})
         info = zfs.get_dataset(thick)
         assert info is not None and info.int_prop("volsize") == 48 * MiB
         expect(InvalidInput, zfs.set_properties, thick, {"volblocksize": "8192"})

@@ -143,15 +143,21 @@ class _Pool:
     imported: bool = True
 
 
+def _device_usable(size: int) -> int:
+    """What a device gives to datasets: less its labels and boot area (4.5 MiB) and
+    about 1/64 for metadata, so free space, like ZFS's, is never a round number."""
+    return (size - 9 * MiB // 2 - size // 64) // 512 * 512
+
+
 def _vdev_sizes(kind: str, sizes: list[int]) -> tuple[int, int]:
-    """(raw size, usable size) of one top-level vdev."""
+    """(raw size as ``zpool list`` shows it, usable size) of one top-level vdev."""
     smallest = min(sizes)
     if kind == "disk":
-        return sizes[0], sizes[0]
+        return sizes[0], _device_usable(sizes[0])
     if kind == "mirror":
-        return smallest, smallest
+        return smallest, _device_usable(smallest)
     parity = int(kind[-1])
-    return smallest * len(sizes), smallest * (len(sizes) - parity)
+    return smallest * len(sizes), _device_usable(smallest) * (len(sizes) - parity)
 
 
 _MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
