@@ -554,11 +554,17 @@ def parse_zpool_import(out: str) -> list[str]:
 class Zfs:
     """:class:`ZfsHost` on the real ``zpool``/``zfs`` commands (OpenZFS 2.3)."""
 
+    # A positive available() answer is reused this long: the engine asks before most
+    # operations and each ``zpool`` start costs tens of ms (hundreds under emulation).
+    AVAILABLE_TTL = 5.0
+
     def __init__(self, runner: Runner, *, import_dirs: Sequence[str] = (),
-                 poll_interval: float = 0.1) -> None:
+                 poll_interval: float = 0.1, dev_zfs: str = "/dev/zfs") -> None:
         self.runner = runner
         self.import_dirs = tuple(import_dirs)  # searched by import (pools on files)
         self.poll_interval = poll_interval
+        self.dev_zfs = dev_zfs  # the control node; missing = module not loaded
+        self._available_until = 0.0
 
     def _run(self, argv: Sequence[str], timeout: float = 120.0) -> str:
         try:
@@ -567,11 +573,18 @@ class Zfs:
             raise classify_error(exc) from exc
 
     def available(self) -> bool:
+        if not os.path.exists(self.dev_zfs):
+            self._available_until = 0.0
+            return False
+        if time.monotonic() < self._available_until:
+            return True
         try:
             result = self.runner.run(["zpool", "list", "-H", "-o", "name"], check=False,
                                      timeout=30)
         except ZdsError:
             return False
+        if result.ok:
+            self._available_until = time.monotonic() + self.AVAILABLE_TTL
         return result.ok
 
     def list_pools(self) -> list[PoolInfo]:

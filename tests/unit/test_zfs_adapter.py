@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from appliance.errors import (
@@ -244,10 +246,17 @@ def test_destroy_and_rollback_flags() -> None:
     ]
 
 
-def test_available_false_when_tools_fail() -> None:
-    zfs, runner = make()
+def test_available_false_when_tools_fail(tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    zfs = Zfs(runner, dev_zfs=str(tmp_path / "zfs"))
+    assert zfs.available() is False and runner.calls == []  # no /dev/zfs: no command
+    (tmp_path / "zfs").touch()
     runner.on(["zpool", "list"], returncode=1, stderr="The ZFS modules are not loaded.")
     assert zfs.available() is False
+    runner.on(["zpool", "list"], stdout="tank\n")
+    assert zfs.available() is True
+    assert zfs.available() is True
+    assert len(runner.calls) == 2, "a positive answer is reused for a few seconds"
 
 
 def test_wait_for_device_not_a_volume_and_timeout() -> None:
