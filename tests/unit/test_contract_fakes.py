@@ -108,3 +108,14 @@ def test_runner_without_zfs_fails_cleanly(tmp_path: Path,
     out = capsys.readouterr().out
     assert "FAIL zfs.available" in out and '"failed": 1' in out
     assert list(workdir.iterdir()) == []
+
+
+def test_fakes_and_real_adapters_satisfy_the_protocols() -> None:
+    """mypy checks these assignments structurally; at run time they must construct."""
+    from appliance.host.lio import Lio, LioHost
+    from appliance.host.run import RecordingRunner
+    from appliance.host.zfs import Zfs, ZfsHost
+
+    hosts: list[ZfsHost] = [FakeZfs(), Zfs(RecordingRunner())]
+    lios: list[LioHost] = [FakeLio(), Lio()]
+    assert len(hosts) == len(lios) == 2
