@@ -229,7 +229,8 @@ def series(logs: Mapping[str, str], section: str, runtime: int | None) -> list[S
 
     ``logs`` maps log file names (``PREFIX.SECTION_iops.N.log``) to their text. fio 3.33
     often writes no IOPS row for the last window of a time-based job, so a series can be
-    one second shorter than the runtime; it is never padded or extrapolated.
+    one second shorter than the runtime; it is never padded or extrapolated, and a second
+    that some jobs did not log is left out rather than summed partially.
     """
     iops: dict[int, dict[tuple[int, int], float]] = {}
     clat: dict[int, dict[tuple[int, int], float]] = {}
@@ -242,7 +243,10 @@ def series(logs: Mapping[str, str], section: str, runtime: int | None) -> list[S
             iops[idx] = _bucketed(text, runtime)
         elif m.group("kind") == "clat":
             clat[idx] = _bucketed(text, runtime)
-    seconds = sorted({sec for b in iops.values() for sec, _d in b})
+    # a second counts only if every job logged it: fio drops the last window of some
+    # jobs, and a partial sum would look like a dip in IOPS
+    per_job = [{sec for sec, _d in b} for b in iops.values() if b]
+    seconds = sorted(set.intersection(*per_job)) if per_job else []
     points = []
     for sec in seconds:
         total = 0.0

@@ -114,3 +114,10 @@ def test_proc_stat_and_arcstats() -> None:
     d = arc_delta({"hits": 1000, "misses": 0}, {"hits": 1900, "misses": 100})
     assert d is not None and d.hit_ratio == pytest.approx(0.9)
     assert arc_delta(None, a) is None
+
+
+def test_a_second_missing_from_one_job_is_left_out() -> None:
+    logs = {"log.x_iops.1.log": "1000, 10, 0, 0, 0\n2000, 10, 0, 0, 0\n3000, 10, 0, 0, 0\n",
+            "log.x_iops.2.log": "1000, 5, 0, 0, 0\n2000, 5, 0, 0, 0\n"}
+    assert [(p.t, p.iops) for p in fioparse.series(logs, "x", runtime=3)] == [(1, 15.0),
+                                                                              (2, 15.0)]
