@@ -27,6 +27,36 @@ echo "-- example inventory"
 ansible-inventory -i ansible/inventory/hosts.example.yml --list >/dev/null
 echo "   ok: ansible/inventory/hosts.example.yml"
 
+echo "-- zds.toml from the zds_api role is what the engine reads"
+ansible localhost -i localhost, -c local -o -m ansible.builtin.template \
+  -a "src=ansible/roles/zds_api/templates/zds.toml.j2 dest=$tmp/zds.toml mode=0644" \
+  -e ansible_python_interpreter="$venv/bin/python" \
+  -e @ansible/roles/zds_api/defaults/main.yml >/dev/null
+python - "$tmp/zds.toml" <<'PY'
+import sys
+from pathlib import Path
+
+from appliance.settings import load_settings
+
+path = Path(sys.argv[1])
+if not path.is_file():
+    sys.exit(f"the zds_api role did not render {path}")
+s = load_settings(path)
+expected = {
+    "listen": "0.0.0.0", "port": 8443, "tls": True,
+    "tls_cert": Path("/etc/zds/tls/cert.pem"), "tls_key": Path("/etc/zds/tls/key.pem"),
+    "state_dir": Path("/var/lib/zds"), "ganesha_exports_dir": Path("/var/lib/zds/ganesha"),
+    "iqn_prefix": "iqn.2026-11.io.zds", "iscsi_portal": ("0.0.0.0", 3260),
+    "firstboot_pool": "tank", "firstboot_disks": ("/dev/disk/by-id/virtio-zdsdata*",),
+    "firstboot_layout": "mirror", "firstboot_demo_disk_size": "8G",
+    "admin_token_file": Path("/etc/zds/admin-token"), "max_overcommit": 1.0,
+}
+wrong = {k: (getattr(s, k), v) for k, v in expected.items() if getattr(s, k) != v}
+if wrong:
+    sys.exit(f"zds.toml rendered by the role does not give the expected settings: {wrong}")
+print("   ok: zds.toml renders and loads with the expected settings")
+PY
+
 echo "-- vagrant validate"
 if command -v vagrant >/dev/null 2>&1; then
   ruby -c Vagrantfile >/dev/null
