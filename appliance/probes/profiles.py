@@ -607,7 +607,7 @@ def _build_table() -> dict[str, Profile]:
                 ParamSpec("message", "int", "pingpong message bytes"),
                 ParamSpec("port", "int", "TCP port (connect: the NFS port 2049)"),
             ),
-            defaults={"samples": 200, "mode": "pingpong", "message": 64, "port": 2049},
+            defaults={"samples": 200, "mode": "connect", "message": 64, "port": 2049},
             full={"samples": 10000},
             plan_fn=_rtt_plan,
             published=(
