@@ -1,0 +1,119 @@
+"""Probes inside the booted appliance, through the REST API: local, nfs and iscsi targets
+on real ZFS / nfs-ganesha / LIO, scratch cleaned up, results kept across an API restart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.conftest import E2EAppliance
+
+pytestmark = pytest.mark.e2e
+
+NFS_DS = "probe-nfs"
+ISCSI_DS = "probe-lun"
+SHORT = {"runtime": 3, "ramp": 1, "size": "16m"}
+results: dict[str, str] = {}
+
+
+@pytest.fixture(scope="module")
+def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
+    assert appliance.api_healthy, f"the API never became healthy; see {appliance.serial_log}"
+    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=900,
+                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+        yield c
+
+
+def ok(resp: httpx.Response, status: int = 200) -> Any:
+    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
+                                       f"{resp.status_code} {resp.text}"
+    return resp.json() if resp.content else None
+
+
+def run_probe(api: httpx.Client, profile: str, datastore: str, target: str,
+              overrides: dict[str, Any]) -> dict[str, Any]:
+    job = ok(api.post("/probes", params={"wait": 600}, json={
+        "profile": profile, "datastore": datastore, "target": target,
+        "overrides": overrides}), 202)
+    while job["state"] in ("queued", "running"):
+        job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 600}))
+    result: dict[str, Any] = ok(api.get(f"/probes/results/{job['result_id']}"))
+    assert result["status"] == "ok", (job, result["error"])
+    return result
+
+
+def no_probe_leftovers(appliance: E2EAppliance) -> None:
+    zfs = appliance.check("zfs list -H -o name -r tank")
+    assert not [n for n in zfs.split() if n.startswith("tank/zds-probes/")], zfs
+    _rc, sessions = appliance.exec("iscsiadm -m session 2>&1")
+    assert ".probe:" not in sessions
+    assert "/run/zds/probes" not in appliance.check("cat /proc/mounts")
+
+
+def test_datastores_for_probes(api: httpx.Client) -> None:
+    ok(api.put(f"/datastores/{NFS_DS}", json={
+        "protocol": "nfs3", "size": "2G",
+        "nfs": {"clients": [{"match": "127.0.0.1", "access": "rw"}]}}), 201)
+    ok(api.put(f"/datastores/{ISCSI_DS}", json={
+        "protocol": "iscsi", "size": "2G", "iscsi": {"initiators": []}}), 201)
+
+
+@pytest.mark.parametrize(("datastore", "target"), [
+    (NFS_DS, "local"), (NFS_DS, "nfs"), (ISCSI_DS, "local"), (ISCSI_DS, "iscsi")])
+def test_randread_through_each_path(api: httpx.Client, appliance: E2EAppliance,
+                                    datastore: str, target: str) -> None:
+    r = run_probe(api, "randread-4k-qd32", datastore, target, SHORT)
+    s = r["summary"]
+    assert s["iops"] > 0 and s["mbps"] > 0
+    assert 0 < s["lat_p50_ms"] <= s["lat_p95_ms"] <= s["lat_p99_ms"] <= s["lat_p999_ms"]
+    (step,) = r["steps"]
+    assert 2 <= len(step["series"]) <= 3
+    assert r["target"]["kind"] == target
+    assert r["settings"]["zfs"]["compression"] == "lz4"
+    assert r["arc"] is not None and "hit_ratio" in r["arc"]  # ZFS is loaded in the guest
+    assert r["cpu"]["mean_pct"] is not None
+    if target == "nfs":
+        assert r["target"]["export_id"] >= 65500
+    if target == "iscsi":
+        assert r["target"]["iqn"].startswith("iqn.") and ".probe:" in r["target"]["iqn"]
+    results[f"{datastore}/{target}"] = r["id"]
+    no_probe_leftovers(appliance)
+
+
+def test_file_set_profile_over_nfs(api: httpx.Client, appliance: E2EAppliance) -> None:
+    r = run_probe(api, "varmail", NFS_DS, "nfs", {"runtime": 2, "files": 200, "threads": 4})
+    assert r["summary"]["iops"] > 0
+    no_probe_leftovers(appliance)
+
+
+def test_compare_and_plot(api: httpx.Client) -> None:
+    a, b = results[f"{NFS_DS}/local"], results[f"{NFS_DS}/nfs"]
+    c = ok(api.get("/probes/compare", params={"a": a, "b": b}))
+    assert {d["metric"] for d in c["summary"]} >= {"iops", "lat_p99_ms"}
+    png = api.get(f"/probes/results/{b}/plot", params={"format": "png", "kind": "timeseries",
+                                                      "with": a})
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
+
+
+def test_results_survive_an_api_restart(api: httpx.Client, appliance: E2EAppliance) -> None:
+    appliance.check("systemctl restart zds-api")
+    import time
+
+    for _ in range(120):
+        try:
+            if api.get("/system/health").status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        time.sleep(1)
+    rid = results[f"{ISCSI_DS}/iscsi"]
+    assert ok(api.get(f"/probes/results/{rid}"))["profile"] == "randread-4k-qd32"
+
+
+def test_cleanup(api: httpx.Client) -> None:
+    for ds in (NFS_DS, ISCSI_DS):
+        job = ok(api.delete(f"/datastores/{ds}", params={"wait": 120}), 202)
+        assert job["state"] == "succeeded", job
