@@ -63,6 +63,38 @@ if command -v vagrant >/dev/null 2>&1; then
   # No provider (VirtualBox, libvirt) is installed in CI: validate everything else.
   VAGRANT_DOTFILE_PATH="$tmp/vagrant" VAGRANT_HOME="$tmp/vagrant-home" VAGRANT_CHECKPOINT_DISABLE=1 \
     vagrant validate --ignore-provider
+  # ...so also run the provider blocks against a recording stand-in for Vagrant and check
+  # what they configure: forwards on 127.0.0.1 only, 2 data disks per provider, host.yml.
+  ruby - Vagrantfile <<'RUBY'
+class Recorder
+  def initialize(name, log) = (@name = name; @log = log)
+  def method_missing(meth, *args, **kw, &blk)
+    @log << [@name, meth, args, kw]
+    child = Recorder.new(meth == :provider ? args.first : @name, @log)
+    blk&.call(child, Recorder.new(:override, @log))
+    child
+  end
+  def respond_to_missing?(*) = true
+end
+module Vagrant
+  LOG = []
+  def self.configure(_version) = yield(Recorder.new(:config, LOG))
+end
+load ARGV.fetch(0)
+log = Vagrant::LOG
+forwards = log.select { |_, m, a, _| m == :network && a.first == "forwarded_port" }
+bad = forwards.reject { |*, kw| kw[:host_ip] == "127.0.0.1" }
+abort "Vagrantfile: forwards not bound to 127.0.0.1: #{bad.inspect}" unless bad.empty?
+wanted = [8443, 2049, 20048, 3260]
+missing = wanted - forwards.map { |*, kw| kw[:guest] }
+abort "Vagrantfile: no forward for guest ports #{missing}" unless missing.empty?
+lv = log.count { |n, m, a, _| n == :libvirt && m == :storage && a.first == :file }
+vb = log.count { |n, m, a, _| n == :virtualbox && m == :customize && a.first.first == "createmedium" }
+abort "Vagrantfile: data disks libvirt=#{lv} virtualbox=#{vb}, want 2 each" unless lv == 2 && vb == 2
+pb = log.find { |_, m, _, _| m == :playbook= }&.dig(2, 0)
+abort "Vagrantfile: provisioned by #{pb.inspect}" unless pb == "ansible/playbooks/host.yml" && File.file?(pb)
+puts "   ok: Vagrantfile providers: #{forwards.size} forwards on 127.0.0.1, 2 data disks (libvirt, VirtualBox), #{pb}"
+RUBY
 else
   echo "vagrant is not installed (scripts/setup-host.sh installs it)" >&2
   exit 1
