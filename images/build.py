@@ -203,6 +203,23 @@ def inputs_hash(repo: Path, resolved: Resolved) -> str:
     return h.hexdigest()[:20]
 
 
+def changed_tasks(output: str) -> list[str]:
+    """Names of the tasks reported changed in ansible-playbook's default output.
+
+    Sample:
+      TASK [zfs : Copy the prebuilt modules] *****
+      changed: [/root/.cache/zds/images/work/KEY/root] => (item=/x/zfs.ko)
+    """
+    names: list[str] = []
+    task = ""
+    for line in output.splitlines():
+        if line.startswith(("TASK [", "RUNNING HANDLER [")):
+            task = line[line.index("[") + 1 : line.rindex("]")]
+        elif line.startswith("changed:") and task and (not names or names[-1] != task):
+            names.append(task)
+    return names
+
+
 # ---------------------------------------------------------------------------- chroot helpers
 
 
@@ -382,7 +399,9 @@ class Build:
                 log(f"ansible image.yml pass {n}/{passes}")
                 p = subprocess.run(argv, env=env, text=True, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, check=False)
-                logfile = self.work / f"ansible-pass{n}.log"
+                logdir = self.cache / "logs"
+                logdir.mkdir(exist_ok=True)
+                logfile = logdir / f"ansible-pass{n}.log"
                 logfile.write_text(p.stdout)
                 sys.stderr.write(p.stdout[-6000:])
                 if p.returncode != 0:
@@ -390,8 +409,11 @@ class Build:
                 m = re.search(r"changed=(\d+)", p.stdout.split("PLAY RECAP")[-1])
                 changed[f"pass{n}"] = int(m.group(1)) if m else -1
             if passes == 2 and changed["pass2"] != 0:
-                raise SystemExit(f"build: image.yml is not idempotent: second pass changed="
-                                 f"{changed['pass2']} (see {self.work / 'ansible-pass2.log'})")
+                log2 = (self.cache / "logs" / "ansible-pass2.log").read_text()
+                tasks = changed_tasks(log2)
+                raise SystemExit(f"build: image.yml is not idempotent: the second pass changed "
+                                 f"{tasks} (log: {self.cache / 'logs' / 'ansible-pass2.log'}; "
+                                 "ZDS_IMAGE_IDEMPOTENCE=0 skips this check)")
         for d in (wheelhouse, zfs_dir):  # remove the empty mount points the binds made
             _rmdir_up(self.root / str(d).lstrip("/"), self.root)
         return changed

@@ -85,3 +85,20 @@ def test_pid_is_only_trusted_when_it_is_our_qemu(tmp_path: Path) -> None:
     vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b")
     vm.pidfile.write_text(str(os.getpid()))  # a live process, but not our QEMU
     assert vm.pid() is None
+
+
+def test_changed_tasks_from_ansible_output() -> None:
+    out = """\
+TASK [zfs : Copy the prebuilt modules] *****************************************
+ok: [/r] => (item=/x/spl.ko)
+changed: [/r] => (item=/x/zfs.ko)
+changed: [/r] => (item=/x/other.ko)
+
+TASK [base : Write sysctl] *****************************************************
+ok: [/r]
+
+RUNNING HANDLER [zfs : Run depmod for the target kernel] ***********************
+changed: [/r]
+"""
+    assert build.changed_tasks(out) == ["zfs : Copy the prebuilt modules",
+                                        "zfs : Run depmod for the target kernel"]
