@@ -1,0 +1,113 @@
+"""Self-attach for nfs/iscsi probes: the exact commands, and undo on half-way failure."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from appliance.errors import Unavailable
+from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.fakes.lio import FakeLio
+from appliance.host.iscsi_initiator import IscsiInitiator, by_path, parse_initiator_name
+from appliance.host.nfsclient import NfsClient
+from appliance.host.run import RecordingRunner
+from appliance.probes.attach import PROBE_EXPORT_IDS, DatastoreRef, NfsSelfAttach
+from appliance.probes.safety import Scratch
+
+IQN = "iqn.2026-11.io.zds.probe:ab12"
+
+
+def test_initiator_name_file() -> None:
+    text = "## DO NOT EDIT OR REMOVE THIS FILE!\nInitiatorName=iqn.1993-08.org.debian:01:5b2e\n"
+    assert parse_initiator_name(text) == "iqn.1993-08.org.debian:01:5b2e"
+    assert parse_initiator_name("# nothing\n") is None
+
+
+def test_iscsi_login_without_discovery_and_logout(tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    names = tmp_path / "initiatorname.iscsi"
+    names.write_text("InitiatorName=iqn.1993-08.org.debian:01:abc\n")
+    dev = by_path(IQN, "127.0.0.1", 3260)
+    ini = IscsiInitiator(runner, str(names), exists=lambda p: p == dev)
+    assert ini.initiator_name() == "iqn.1993-08.org.debian:01:abc"
+    ini.login(IQN, "127.0.0.1", 3260)
+    ini.logout(IQN, "127.0.0.1", 3260)
+    assert runner.calls == [
+        ("iscsiadm", "-m", "node", "-T", IQN, "-p", "127.0.0.1:3260", "-o", "new"),
+        ("iscsiadm", "-m", "node", "-T", IQN, "-p", "127.0.0.1:3260", "--login"),
+        ("iscsiadm", "-m", "node", "-T", IQN, "-p", "127.0.0.1:3260", "--logout"),
+        ("iscsiadm", "-m", "node", "-T", IQN, "-p", "127.0.0.1:3260", "-o", "delete"),
+    ]
+    assert not any("discovery" in c for call in runner.calls for c in call)
+    with pytest.raises(Unavailable, match="no iSCSI initiator name"):
+        IscsiInitiator(runner, str(tmp_path / "missing")).initiator_name()
+
+
+def test_iscsi_login_gives_up_and_logs_out_when_no_device_appears() -> None:
+    runner = RecordingRunner()
+    ini = IscsiInitiator(runner, "/nonexistent", exists=lambda p: False)
+    with pytest.raises(Unavailable, match="did not appear"):
+        ini.login(IQN, "127.0.0.1", 3260, timeout=0.3)
+    assert runner.calls[-2][-1] == "--logout"
+
+
+def test_nfs_mount_commands(tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    c = NfsClient(runner)
+    mnt = str(tmp_path / "m")
+    c.mount("127.0.0.1", "/tank/zds-probes/ds1-ab", mnt)
+    c.mount("127.0.0.1", "/tank/zds-probes/ds1-ab", mnt, version=4)
+    runner.on(["umount", mnt], returncode=32, stderr="target is busy")
+    c.umount(mnt)
+    assert runner.calls[0] == (
+        "mount", "-t", "nfs", "-o",
+        "vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,nolock,hard,timeo=600",
+        "127.0.0.1:/tank/zds-probes/ds1-ab", mnt)
+    assert "vers=4.1" in runner.calls[1][4]
+    assert runner.calls[2:] == [("umount", mnt), ("umount", "-l", mnt)]
+
+
+class FailingMounter:
+    def mount(self, *a: object, **kw: object) -> None:
+        raise Unavailable("mount.nfs: Connection refused")
+
+    def umount(self, mountpoint: str) -> None:
+        raise AssertionError("not mounted")
+
+
+def test_nfs_attach_removes_its_export_when_the_mount_fails(tmp_path: Path) -> None:
+    ganesha = FakeGanesha()
+    att = NfsSelfAttach(ganesha, FailingMounter(), mount_root=str(tmp_path))
+    ref = DatastoreRef("ds1", "tank", "tank/datastores/ds1", False, "nfs3")
+    scratch = Scratch("tank/zds-probes/ds1-ab", False, "/tank/zds-probes/ds1-ab", 1 << 20)
+    with pytest.raises(Unavailable):
+        att.attach(ref, scratch, "ab")
+    assert ganesha.list_exports() == []
+    assert [c[0] for c in ganesha.calls if c[0] in ("AddExport", "RemoveExport")] == [
+        "AddExport", "RemoveExport"]
+    assert all(c[1] in PROBE_EXPORT_IDS for c in ganesha.calls if c[0] == "AddExport")
+
+
+def test_iscsi_attach_removes_its_target_when_login_fails() -> None:
+    from appliance.probes.attach import IscsiSelfAttach
+
+    lio = FakeLio(device_exists=lambda p: True)
+
+    class NoLogin:
+        def initiator_name(self) -> str:
+            return "iqn.1993-08.org.debian:01:abc"
+
+        def login(self, iqn: str, host: str, port: int, timeout: float = 30.0) -> str:
+            raise Unavailable("iscsiadm: login failed")
+
+        def logout(self, iqn: str, host: str, port: int) -> None:
+            raise AssertionError("never logged in")
+
+    att = IscsiSelfAttach(lio, NoLogin(), "iqn.2026-11.io.zds")
+    ref = DatastoreRef("lun1", "tank", "tank/datastores/lun1", True, "iscsi")
+    scratch = Scratch("tank/zds-probes/lun1-ab", True, "/dev/zvol/tank/zds-probes/lun1-ab",
+                      1 << 20)
+    with pytest.raises(Unavailable):
+        att.attach(ref, scratch, "ab")
+    assert lio.list_targets() == [] and lio.list_backstores() == []
