@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nfs-datastore", default="bench-nfs")
     ap.add_argument("--iscsi-datastore", default="bench-iscsi")
     ap.add_argument("--create", action="store_true")
-    ap.add_argument("--size", default="4G", help="datastore size with --create")
+    ap.add_argument("--size", default="2G", help="datastore size with --create")
     ap.add_argument("--runtime", type=int, default=10)
     ap.add_argument("--probe-size", default="128m", help="fio size per worker")
     ap.add_argument("--rounds", type=int, default=1)

@@ -3,7 +3,9 @@ on real ZFS / nfs-ganesha / LIO, scratch cleaned up, results kept across an API 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -117,3 +119,20 @@ def test_cleanup(api: httpx.Client) -> None:
     for ds in (NFS_DS, ISCSI_DS):
         job = ok(api.delete(f"/datastores/{ds}", params={"wait": 120}), 202)
         assert job["state"] == "succeeded", job
+
+
+@pytest.mark.skipif(not os.environ.get("ZDS_E2E_BENCH"),
+                    reason="a measurement, not a test: set ZDS_E2E_BENCH=1 to print the table")
+def test_protocol_overhead_table(appliance: E2EAppliance,
+                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """bench/protocol_overhead.py against this appliance; the table goes to
+    $ZDS_E2E_BENCH_OUT (default /tmp/zds-protocol-overhead.txt)."""
+    from bench import protocol_overhead
+
+    rc = protocol_overhead.main([
+        "--server", appliance.api_url, "--token", appliance.admin_token, "--insecure",
+        "--create", "--runtime", os.environ.get("ZDS_E2E_BENCH_RUNTIME", "10")])
+    out = capsys.readouterr().out
+    Path(os.environ.get("ZDS_E2E_BENCH_OUT", "/tmp/zds-protocol-overhead.txt")).write_text(out)
+    print(out)
+    assert rc == 0
