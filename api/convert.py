@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from api import schemas as s
 from appliance.attach import AttachInstructions
@@ -28,6 +28,19 @@ def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
         chap=chap, sync=o.sync, compression=o.compression, recordsize=o.recordsize,
         volblocksize=o.volblocksize,
     )
+
+
+def clone_request(base: DatastoreRequest, body: s.CloneBody) -> DatastoreRequest:
+    """The source's request (``base``) with what the clone body overrides."""
+    req = replace(base, profile=body.profile or base.profile)
+    if body.nfs is not None:
+        req = replace(req, nfs_clients=[c.model_dump() for c in body.nfs.clients])
+    if body.iscsi is not None:
+        given = datastore_request(s.DatastorePut(protocol="iscsi", size=base.size,
+                                                 iscsi=body.iscsi))
+        req = replace(req, initiators=given.initiators,
+                      initiator_groups=given.initiator_groups, chap=given.chap)
+    return req
 
 
 def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) -> s.DatastoreOut:

@@ -11,12 +11,12 @@ import json
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from appliance import reconcile as rc
-from appliance.errors import ZdsError
+from appliance.errors import Unavailable, ZdsError
 from appliance.host.ganesha import ExportSpec, GaneshaHost
-from appliance.host.lio import LioHost, TargetSpec
+from appliance.host.lio import LioHost, LiveTarget, TargetSpec
 from appliance.host.local import LocalHost
 from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.jobs import JobManager
@@ -43,6 +43,16 @@ log = logging.getLogger(__name__)
 class Desired:
     exports: list[ExportSpec]
     targets: list[TargetSpec]
+
+
+@dataclass(frozen=True)
+class LiveState:
+    """What ganesha and LIO serve now, read once (for listing many datastores)."""
+
+    ganesha_up: bool
+    lio_up: bool
+    export_ids: frozenset[int]
+    targets: dict[str, LiveTarget]
 
 
 class Engine:
@@ -86,7 +96,7 @@ class Engine:
 
     # --- start-up -------------------------------------------------------------------
 
-    def start(self) -> rc.ReconcileReport:
+    def start(self, daemon_wait: float = 30.0) -> rc.ReconcileReport:
         """After ``zpool import``: recover jobs, adopt pools' datastores, finish what a
         crash interrupted, then make LIO and ganesha match the records."""
         interrupted = self.jobs.recover()
@@ -96,6 +106,7 @@ class Engine:
             if self.zfs.available():
                 self.adopt()
                 self._finish_interrupted()
+                self._wait_for_daemons(daemon_wait)
             try:
                 report = self.reconcile()
             except ZdsError as exc:
@@ -105,8 +116,21 @@ class Engine:
             log.error("start-up reconcile: %s", err)
         return report
 
-    def _finish_interrupted(self) -> None:
+    def _wait_for_daemons(self, timeout: float) -> None:
+        """At boot ganesha may still be registering on DBus: give it (and LIO) a moment
+        before the first reconcile, so datastores are served when health says ok."""
+        want = self.desired()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (not want.exports or self.ganesha.available()) and (
+                    not want.targets or self.lio.available()):
+                return
+            time.sleep(1.0)
+
+    def _finish_interrupted(self, states: tuple[str, ...] = ("creating", "deleting")) -> None:
         for rec in self.store.list_datastores():
+            if rec.state not in states:
+                continue
             if rec.spec.pool not in self.pools.imported():
                 continue
             try:
@@ -123,7 +147,11 @@ class Engine:
     def adopt(self) -> list[str]:
         """Records for datastores a pool carries (``zds:*`` properties) but SQLite lacks:
         a pool moved from another appliance keeps its datastores, ids and serials."""
-        known = {r.name for r in self.store.list_datastores()}
+        records = self.store.list_datastores()
+        known = {r.name for r in records}
+        export_ids = {r.export_id for r in records if r.export_id is not None}
+        iqns = {r.iqn for r in records if r.iqn}
+        serials = {r.serial for r in records if r.serial}
         adopted = []
         for pool in self.pools.imported():
             for ds in self.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}"):
@@ -132,9 +160,29 @@ class Engine:
                 rec = _record_from_properties(pool, ds)
                 if rec is None or rec.name in known:
                     continue
-                self.store.put_datastore(rec)
+                if rec.iqn in iqns or rec.serial in serials:
+                    # another datastore here has that identity: serving both would
+                    # confuse every initiator. Left unadopted; zfs_problems reports it.
+                    log.error("not adopting %s: its IQN or serial is in use here", ds.name)
+                    continue
+                if rec.export_id is not None and rec.export_id in export_ids:
+                    new_id = self.store.next_export_id()
+                    log.warning("adopting %s: export id %d is taken here, now %d",
+                                ds.name, rec.export_id, new_id)
+                    rec = replace(rec, export_id=new_id)
+                    self.zfs.set_properties(ds.name, {"zds:export_id": str(new_id)})
+                try:
+                    self.store.put_datastore(rec)
+                except Exception as exc:  # one bad dataset must not stop the others
+                    log.error("cannot adopt %s: %s", ds.name, exc)
+                    continue
                 if rec.export_id is not None:
                     self.store.reserve_export_id(rec.export_id)
+                    export_ids.add(rec.export_id)
+                if rec.iqn:
+                    iqns.add(rec.iqn)
+                if rec.serial:
+                    serials.add(rec.serial)
                 adopted.append(rec.name)
                 known.add(rec.name)
                 log.info("adopted datastore %s from pool %s", rec.name, pool)
@@ -168,7 +216,15 @@ class Engine:
         return Desired(exports, targets)
 
     def plan(self, exclude: set[str] | None = None) -> list[rc.Action]:
+        self._require_zfs()
         return self._plan(self.desired(exclude))
+
+    def _require_zfs(self) -> None:
+        # Without ZFS, desired state cannot be read; planning from "nothing is wanted"
+        # would tear down every export and LUN.
+        if not self.zfs.available():
+            raise Unavailable("ZFS is not available: desired state cannot be read, "
+                              "nothing is reconciled")
 
     def _plan(self, want: Desired) -> list[rc.Action]:
         lio_up = self.lio.available()
@@ -188,34 +244,62 @@ class Engine:
         """Applies the difference between records and live LIO/ganesha. A daemon that is
         down is reported as an error for each object it should serve."""
         with self.lock:
-            want = self.desired(exclude)
-            report = rc.apply(self._plan(want), self.ganesha, self.lio)
+            try:
+                self._require_zfs()
+                want = self.desired(exclude)
+                actions = self._plan(want)
+            except ZdsError as exc:
+                report = rc.ReconcileReport()
+                report.fail("zfs", exc.message)
+                return report
+            report = rc.apply(actions, self.ganesha, self.lio)
             if want.exports and not self.ganesha.available():
-                report.errors += [f"add_export {e.export_id}: nfs-ganesha is not running"
-                                  for e in want.exports]
+                for e in want.exports:
+                    report.fail(str(e.export_id),
+                                f"add_export {e.export_id}: nfs-ganesha is not running")
             if want.targets and not self.lio.available():
-                report.errors += [f"apply_target {t.iqn}: LIO is not available"
-                                  for t in want.targets]
+                for t in want.targets:
+                    report.fail(t.iqn, f"apply_target {t.iqn}: LIO is not available")
             return report
 
-    def live_status(self, rec: DatastoreRecord) -> tuple[bool, list[str]]:
+    def repair(self) -> rc.ReconcileReport:
+        """What the background watcher does: finish interrupted deletes, then reconcile."""
+        with self.lock:
+            if self.zfs.available():
+                self._finish_interrupted(states=("deleting",))
+            return self.reconcile()
+
+    def live_state(self) -> LiveState:
+        """Reads ganesha's exports and LIO's targets once (under the lock: rtslib's
+        caches are shared with writers)."""
+        with self.lock:
+            ganesha_up, lio_up = self.ganesha.available(), self.lio.available()
+            try:
+                ids = frozenset(e.export_id for e in self.ganesha.list_exports()) \
+                    if ganesha_up else frozenset()
+            except ZdsError:
+                ganesha_up, ids = False, frozenset()
+            try:
+                targets = {t.spec.iqn: t for t in self.lio.list_targets()} if lio_up else {}
+            except ZdsError:
+                lio_up, targets = False, {}
+        return LiveState(ganesha_up, lio_up, ids, targets)
+
+    def live_status(self, rec: DatastoreRecord,
+                    live: LiveState | None = None) -> tuple[bool, list[str]]:
         """(served now, clients connected now) for one datastore."""
-        try:
-            if rec.spec.is_nfs:
-                if rec.export_id is None or not self.ganesha.available():
-                    return False, []
-                live = {e.export_id for e in self.ganesha.list_exports()}
-                if rec.export_id not in live:
-                    return False, []
-                return True, sorted(self.ganesha.connected_clients(rec.export_id))
-            if rec.iqn is None or not self.lio.available():
+        live = live or self.live_state()
+        if rec.spec.is_nfs:
+            if rec.export_id is None or rec.export_id not in live.export_ids:
                 return False, []
-            for t in self.lio.list_targets():
-                if t.spec.iqn == rec.iqn:
-                    return True, sorted(t.sessions)
+            try:
+                return True, sorted(self.ganesha.connected_clients(rec.export_id))
+            except ZdsError:
+                return True, []
+        target = live.targets.get(rec.iqn or "")
+        if target is None:
             return False, []
-        except ZdsError:
-            return False, []
+        return True, sorted(target.sessions)
 
     def zfs_problems(self) -> list[tuple[str, str]]:
         """Records whose dataset is gone, and managed datasets nobody recorded."""
@@ -225,8 +309,13 @@ class Engine:
         for rec in known.values():
             if rec.spec.pool not in imported:
                 problems.append((rec.name, f"pool {rec.spec.pool} is not imported"))
-            elif self.zfs.get_dataset(rec.spec.dataset) is None:
+            elif (info := self.zfs.get_dataset(rec.spec.dataset)) is None:
                 problems.append((rec.name, f"dataset {rec.spec.dataset} is missing"))
+            elif rec.spec.is_nfs and not (info.prop("mountpoint").startswith("/")
+                                          and info.prop("mounted", "yes") == "yes"):
+                problems.append((rec.name, f"dataset {rec.spec.dataset} is not mounted "
+                                           f"(mountpoint {info.prop('mountpoint')}): "
+                                           "it cannot be exported"))
             elif rec.state != "ready":
                 problems.append((rec.name, f"datastore is {rec.state}: {rec.error or ''}"))
         for pool in imported:
@@ -246,7 +335,7 @@ class Engine:
         def loop() -> None:
             while not self._stop_watch.wait(interval):
                 try:
-                    report = self.reconcile()
+                    report = self.repair()
                 except Exception:
                     log.exception("periodic reconcile failed")
                     continue
@@ -288,15 +377,18 @@ def _record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | Non
                               tuple(access.get("initiator_groups", []))),
         )
         export_id = ds.prop("zds:export_id")
+        chap = bool(access.get("chap"))
         return DatastoreRecord(
             spec=spec,
-            state="ready",
+            # CHAP secrets never go into ZFS properties: serving this LUN without them
+            # would drop its authentication, so it waits for a PUT with the CHAP settings
+            state="error" if chap else "ready",
             export_id=int(export_id) if export_id else None,
             iqn=ds.prop("zds:iqn") or None,
             serial=ds.prop("zds:serial") or None,
             origin=ds.prop("origin") or None,
-            error="adopted from pool properties; CHAP must be set again"
-            if access.get("chap") else None,
+            error="adopted from pool properties: not served until its CHAP settings are "
+                  "given again with PUT" if chap else None,
             created=time.time(),
         )
     except (KeyError, ValueError, TypeError) as exc:

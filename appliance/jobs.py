@@ -77,6 +77,9 @@ class JobManager:
     def __init__(self, store: Store, workers: int = 2) -> None:
         self.store = store
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zds-job")
+        # scrubs and probes run for minutes: their own workers, so a delete or a pool
+        # import never queues behind them
+        self._long = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zds-long")
         self._changed = threading.Condition()
         self._contexts: dict[str, JobContext] = {}
 
@@ -94,7 +97,7 @@ class JobManager:
         return cur.rowcount
 
     def submit(self, kind: str, target: str | None, fn: JobFunction,
-               message: str = "") -> Job:
+               message: str = "", long: bool = False) -> Job:
         job_id = uuid.uuid4().hex
         with self.store.connect() as db:
             db.execute(
@@ -104,7 +107,7 @@ class JobManager:
             )
         ctx = JobContext(job_id, self)
         self._contexts[job_id] = ctx
-        self._pool.submit(self._run, ctx, fn)
+        (self._long if long else self._pool).submit(self._run, ctx, fn)
         return self.get(job_id)
 
     def _run(self, ctx: JobContext, fn: JobFunction) -> None:
@@ -213,3 +216,4 @@ class JobManager:
         for ctx in list(self._contexts.values()):
             ctx.cancel_event.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._long.shutdown(wait=False, cancel_futures=True)

@@ -21,6 +21,9 @@ log = logging.getLogger(__name__)
 
 BACKSTORE_PREFIX = "zds-"
 MIN_EXPORT_ID = 100
+# Export ids of the performance probes' temporary scratch exports (appliance/probes):
+# not datastores, so the reconciler leaves them alone.
+PROBE_EXPORT_IDS = range(65500, 65510)
 
 ActionKind = Literal[
     "add_export", "update_export", "remove_export",
@@ -45,10 +48,20 @@ class ReconcileReport:
     planned: list[Action] = field(default_factory=list)
     applied: list[Action] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    # subject (export id, target IQN, backstore) -> what went wrong with it
+    failed: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.errors
+
+    def fail(self, subject: str, message: str) -> None:
+        self.failed.setdefault(subject, []).append(message)
+        self.errors.append(message)
+
+    def failures_for(self, *subjects: str | int | None) -> list[str]:
+        """Error messages about any of ``subjects`` (exact match, not substring)."""
+        return [m for s in subjects if s is not None for m in self.failed.get(str(s), [])]
 
 
 def backstore_name(datastore: str) -> str:
@@ -140,7 +153,8 @@ def plan(
             actions.append(Action("update_export", str(spec.export_id),
                                   f"export of {spec.path} differs from desired", export=spec))
     for live in live_exports:
-        if live.export_id >= MIN_EXPORT_ID and live.export_id not in wanted_ids:
+        if (live.export_id >= MIN_EXPORT_ID and live.export_id not in wanted_ids
+                and live.export_id not in PROBE_EXPORT_IDS):
             actions.append(Action("remove_export", str(live.export_id),
                                   f"export of {live.path} is not desired"))
 
@@ -189,7 +203,7 @@ def apply(actions: Sequence[Action], ganesha: GaneshaHost, lio: LioHost) -> Reco
                 lio.remove_backstore(action.subject)
         except ZdsError as exc:
             log.warning("reconcile: %s failed: %s", action.describe(), exc.message)
-            report.errors.append(f"{action.describe()}: {exc.message}")
+            report.fail(action.subject, f"{action.describe()}: {exc.message}")
         else:
             report.applied.append(action)
     return report

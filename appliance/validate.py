@@ -12,14 +12,15 @@ from appliance.errors import InvalidInput
 
 # Datastore/initiator-group names become ZFS dataset components, IQN suffixes, ganesha
 # paths and libvirt pool names: the intersection of what all of them accept.
-_RESOURCE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9_.-]{0,61}[a-z0-9])?$")
+# No '_': RFC 3720 iSCSI names (the IQN ends in the datastore name) do not allow it.
+_RESOURCE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?$")
 # zpool(8): begins with a letter; letters, digits, '_', '-', '.', ':'. We drop ':' and ' '.
 _POOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
 _POOL_RESERVED = ("mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup")
 _SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]{0,62})$")
 # RFC 3720 3.2.6.3.1 iqn names, lowercased; rtslib-fb additionally wants two labels
 # in the naming authority (iqn.2026-11.org.example), so we require that here.
-_LABEL = r"[a-z0-9](?:[a-z0-9-]*[a-z0-9])?"
+_LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"  # RFC 1123: at most 63 characters
 _IQN = re.compile(rf"^iqn\.(\d{{4}})-(\d{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?$")
 _EUI = re.compile(r"^eui\.[0-9a-f]{16}$")
 _NAA = re.compile(r"^naa\.(?:[0-9a-f]{16}|[0-9a-f]{32})$")
@@ -38,7 +39,7 @@ def resource_name(value: str, what: str = "name") -> str:
     """A datastore or initiator-group name: 1-63 of a-z 0-9 _ . -, alphanumeric ends."""
     if not isinstance(value, str) or not _RESOURCE_NAME.match(value) or ".." in value:
         raise InvalidInput(
-            f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '_', '.' or '-', "
+            f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '.' or '-', "
             "starting and ending with a letter or digit"
         )
     return value
@@ -109,7 +110,9 @@ def nfs_client(value: str) -> str:
 
 
 def chap_user(value: str) -> str:
-    if not isinstance(value, str) or not 1 <= len(value) <= 255 or not _CHAP_TEXT.match(value):
+    # LIO reads "NULL" as "no user set"
+    if (not isinstance(value, str) or not 1 <= len(value) <= 255
+            or not _CHAP_TEXT.match(value) or value.upper() == "NULL"):
         raise InvalidInput(
             "invalid CHAP user name: 1-255 printable ASCII characters, no spaces or quotes"
         )
@@ -118,7 +121,8 @@ def chap_user(value: str) -> str:
 
 def chap_secret(value: str) -> str:
     # ESXi and Windows initiators require 12-16 characters; LIO accepts longer.
-    if not isinstance(value, str) or not 12 <= len(value) <= 255 or not _CHAP_TEXT.match(value):
+    if (not isinstance(value, str) or not 12 <= len(value) <= 255
+            or not _CHAP_TEXT.match(value) or value.upper() == "NULL"):
         raise InvalidInput(
             "invalid CHAP secret: 12-255 printable ASCII characters, no spaces or quotes "
             "(ESXi and Windows initiators need 12-16)"
@@ -175,7 +179,7 @@ def sync(value: str) -> str:
 def device_path(value: str) -> str:
     """A disk for a pool: an absolute path of plain characters (checked to exist later)."""
     if (not isinstance(value, str) or not value.startswith("/")
-            or not re.match(r"^/[A-Za-z0-9_./:+@-]+$", value) or "/../" in value + "/"):
+            or not re.match(r"^/[A-Za-z0-9_./:+-]+$", value) or "/../" in value + "/"):
         raise InvalidInput(
             f"invalid device {value!r}: give an absolute path such as /dev/disk/by-id/..."
         )

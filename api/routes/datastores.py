@@ -91,11 +91,9 @@ def rollback(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep,
              response_model=schemas.DatastoreOut, tags=["snapshots"])
 def clone(name: str, snapshot: str, body: schemas.CloneBody, request: Request,
           engine: EngineDep, _: PrincipalDep) -> schemas.DatastoreOut:
-    """A new datastore from a snapshot (own export id / IQN / serial)."""
-    src = engine.datastores.record(name).spec
-    put = schemas.DatastorePut(protocol=src.protocol, size=src.size, pool=src.pool,
-                               thin=True, profile=body.profile or src.profile,
-                               nfs=body.nfs, iscsi=body.iscsi)
-    view = engine.snapshots.clone(name, snapshot, body.name, convert.datastore_request(put))
+    """A new datastore from a snapshot (own export id / IQN / serial). Access and profile
+    are the source's unless given."""
+    base = engine.snapshots.inherited_request(engine.datastores.record(name))
+    view = engine.snapshots.clone(name, snapshot, body.name, convert.clone_request(base, body))
     return convert.datastore_out(view, engine.datastores.attach(body.name,
                                                                  server_address(request)))

@@ -293,7 +293,7 @@ _INVALID = ("invalid", "bad property value", "bad numeric value", "bad volume si
             "property cannot", "too long", "not supported", "can not be set",
             "can not be modified", "operation does not apply to pools", "too small",
             "must be an absolute path", "read-only property", "doesn't apply",
-            "not applicable", "out of range")
+            "not applicable", "out of range", "not a valid", "must be a block device")
 
 
 def classify_error(exc: CommandError) -> ZdsError:
@@ -609,12 +609,18 @@ class Zfs:
         for dev in layout.all_devices():
             if not _DEVICE.fullmatch(dev):
                 raise InvalidInput(f"device {dev!r} is not an absolute path")
+        # zpool 2.3 refuses user properties at create ("property 'zds:role' is not a valid
+        # pool or vdev property") but takes them from `zpool set` right after.
+        native = {k: v for k, v in pool_properties.items() if ":" not in k}
+        user = {k: v for k, v in pool_properties.items() if ":" in k}
+        _prop_args("", user)  # validate before anything is created
         argv = ["zpool", "create"]
         if force:
             argv.append("-f")
-        argv += _prop_args("-o", pool_properties) + _prop_args("-O", fs_properties)
+        argv += _prop_args("-o", native) + _prop_args("-O", fs_properties)
         argv += [_arg_name(pool), *vdev_args(layout)]
         self._run(argv, timeout=300)
+        self.set_pool_properties(pool, user)
 
     def destroy_pool(self, pool: str) -> None:
         self._run(["zpool", "destroy", _arg_name(pool)], timeout=300)

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from appliance import validate
 from appliance.attach import AttachInstructions, iscsi_instructions, nfs_instructions
 from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound, Unavailable
+from appliance.host.ganesha import check_spec as ganesha_check_spec
+from appliance.host.lio import check_spec as lio_check_spec
 from appliance.jobs import Job, JobContext
 from appliance.model import (
     NFS_DATASET_PROPERTIES,
@@ -27,9 +29,10 @@ from appliance.model import (
     Overrides,
     naa_wwn,
 )
+from appliance.reconcile import MIN_EXPORT_ID, export_spec, target_spec
 
 if TYPE_CHECKING:
-    from appliance.engine import Engine
+    from appliance.engine import Engine, LiveState
 
 ZDS_PREFIX = "zds:"
 
@@ -88,7 +91,8 @@ class DatastoreService:
     # --- reading --------------------------------------------------------------------
 
     def list(self) -> list[DatastoreView]:
-        return [self._view(r) for r in self.engine.store.list_datastores()]
+        live = self.engine.live_state()  # once, not once per datastore
+        return [self._view(r, live) for r in self.engine.store.list_datastores()]
 
     def get(self, name: str) -> DatastoreView:
         return self._view(self.record(name))
@@ -109,7 +113,7 @@ class DatastoreService:
         return iscsi_instructions(rec, address, view.wwn or "",
                                   self.engine.settings.iscsi_portal[1])
 
-    def _view(self, rec: DatastoreRecord) -> DatastoreView:
+    def _view(self, rec: DatastoreRecord, live: LiveState | None = None) -> DatastoreView:
         zfs = self.engine.zfs
         ds = zfs.get_dataset(rec.spec.dataset) if zfs.available() else None
         props = dict(ds.properties) if ds else {}
@@ -118,7 +122,7 @@ class DatastoreService:
             path = ds.prop("mountpoint") or None
         elif ds is not None:
             device = zfs.zvol_device(rec.spec.dataset)
-        serving, clients = self.engine.live_status(rec)
+        serving, clients = self.engine.live_status(rec, live)
         snaps = len(zfs.list_snapshots(rec.spec.dataset)) if ds else 0
         ratio = props.get("compressratio", "1.00").rstrip("x")
         return DatastoreView(
@@ -204,13 +208,27 @@ class DatastoreService:
             size = -(-size // block) * block  # zvol sizes are whole blocks
         if size < 64 << 20:
             raise InvalidInput("size must be at least 64M")
-        return DatastoreSpec(
+        spec = DatastoreSpec(
             name=name, pool=pool, protocol=req.protocol,  # type: ignore[arg-type]
             size=size, thin=req.thin, profile=req.profile,  # type: ignore[arg-type]
             nfs_clients=tuple(clients),
             iscsi=IscsiAccess(initiators, groups, chap),
             overrides=overrides,
         )
+        self._check_with_adapters(spec)
+        return spec
+
+    def _check_with_adapters(self, spec: DatastoreSpec) -> None:
+        """The export/target this spec will become, checked by the adapters' own rules
+        now, so nothing they would refuse gets as far as creating a dataset."""
+        probe = DatastoreRecord(spec, "creating", export_id=MIN_EXPORT_ID,
+                                iqn=self.target_iqn(spec.name), serial=str(uuid.uuid4()))
+        if spec.is_nfs:
+            ganesha_check_spec(export_spec(probe, "/" + spec.dataset))
+        else:
+            groups = {g.name: g for g in self.engine.store.list_groups()}
+            lio_check_spec(target_spec(probe, "/dev/zvol/" + spec.dataset, groups,
+                                       self.engine.settings.iscsi_portal))
 
     # --- writing --------------------------------------------------------------------
 
@@ -218,6 +236,9 @@ class DatastoreService:
         """Creates or updates the datastore; returns (view, created)."""
         spec = self.validate_request(name, req)
         with self.engine.lock:
+            for group in spec.iscsi.initiator_groups:  # deleted since validation?
+                if self.engine.store.get_group(group) is None:
+                    raise NotFound(f"initiator group {group!r} not found")
             existing = self.engine.store.get_datastore(name)
             if existing is not None:
                 return self._update(existing, spec), False
@@ -277,7 +298,7 @@ class DatastoreService:
             rec = rec.with_state("ready")
             self.engine.store.put_datastore(rec)
             report = self.engine.reconcile()
-            failures = [e for e in report.errors if self._mentions(e, rec)]
+            failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
             if failures:
                 raise Unavailable("could not serve the datastore: " + "; ".join(failures))
         except Exception:
@@ -295,11 +316,6 @@ class DatastoreService:
             self.engine.store.delete_datastore(rec.name)
         except Exception:  # left in 'deleting': the next reconcile at start-up retries
             pass
-
-    @staticmethod
-    def _mentions(error: str, rec: DatastoreRecord) -> bool:
-        return (rec.export_id is not None and error.split(":")[0].endswith(
-            f" {rec.export_id}")) or (rec.iqn is not None and rec.iqn in error)
 
     def target_iqn(self, name: str) -> str:
         host = re.sub(r"[^a-z0-9-]", "-", self.engine.local.hostname().lower()).strip("-")
@@ -379,7 +395,7 @@ class DatastoreService:
 
     def _update(self, rec: DatastoreRecord, spec: DatastoreSpec) -> DatastoreView:
         old = rec.spec
-        if rec.state != "ready":
+        if rec.state not in ("ready", "error"):  # a PUT is how an 'error' one is repaired
             raise Conflict(f"datastore {rec.name} is {rec.state}; try again when it is ready")
         if spec.pool != old.pool:
             raise Conflict(f"datastore {rec.name} lives on pool {old.pool}; it cannot move")
@@ -394,12 +410,12 @@ class DatastoreService:
         if spec.size < old.size:
             raise Conflict(f"datastore {rec.name} is {validate.format_size(old.size)}; "
                            "shrinking would lose data (only growing is supported)")
-        if spec == old:
+        if spec == old and rec.state == "ready":
             return self._view(rec)
         self._require_service(spec)
         if spec.size > old.size or (old.thin and not spec.thin):
             self._check_space(spec, already=0 if old.thin and not spec.thin else old.size)
-        new = replace(rec, spec=spec)
+        new = replace(rec, spec=spec, state="ready", error=None)
         props = self.zfs_properties(new)
         zfs = self.engine.zfs
         # properties fixed at creation, or that only a change of size may touch
@@ -416,7 +432,7 @@ class DatastoreService:
         zfs.set_properties(spec.dataset, props)
         self.engine.store.put_datastore(new)
         report = self.engine.reconcile()
-        failures = [e for e in report.errors if self._mentions(e, new)]
+        failures = report.failures_for(new.export_id, new.iqn, "zfs")
         if failures:
             raise Unavailable("the datastore was changed in ZFS but could not be re-served: "
                               + "; ".join(failures) + " (it is retried at every reconcile)")
@@ -450,11 +466,20 @@ class DatastoreService:
     def finish_delete(self, rec: DatastoreRecord) -> None:
         """Stop serving, destroy the dataset, forget the record (idempotent)."""
         report = self.engine.reconcile()
-        failures = [e for e in report.errors if self._mentions(e, rec)]
+        failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
         if failures:
             raise Unavailable("could not stop serving the datastore: " + "; ".join(failures))
-        if self.engine.zfs.get_dataset(rec.spec.dataset) is not None:
-            self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
+        for attempt in range(6):
+            if self.engine.zfs.get_dataset(rec.spec.dataset) is None:
+                break
+            try:
+                self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
+            except Conflict as exc:
+                # a zvol udev is still probing, or ganesha letting go of the export's
+                # file handles: busy for a moment after the LUN/export went away
+                if "busy" not in exc.message or attempt == 5:
+                    raise
+                time.sleep(0.5 * 2 ** attempt)
         self.engine.store.delete_datastore(rec.name)
 
     def dependent_clones(self, rec: DatastoreRecord) -> builtins.list[str]:

@@ -53,15 +53,18 @@ class InitiatorGroupService:
             self.engine.store.put_group(group)
             if users:
                 report = self.engine.reconcile()
-                if report.errors:
+                targets = [r.iqn for r in self.engine.store.list_datastores()
+                           if r.name in users]
+                failures = report.failures_for(*targets, "zfs")
+                if failures:
                     raise Unavailable("group saved but not applied everywhere: "
-                                      + "; ".join(report.errors))
+                                      + "; ".join(failures) + " (retried at every reconcile)")
         return self.get(name), old is None
 
     def delete(self, name: str) -> None:
-        view = self.get(name)
-        if view.used_by:
-            raise Conflict(f"initiator group {name} is used by datastores "
-                           f"{', '.join(view.used_by)}")
-        with self.engine.lock:
+        with self.engine.lock:  # a datastore PUT naming this group cannot slip in between
+            view = self.get(name)
+            if view.used_by:
+                raise Conflict(f"initiator group {name} is used by datastores "
+                               f"{', '.join(view.used_by)}")
             self.engine.store.delete_group(name)

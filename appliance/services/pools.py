@@ -200,7 +200,8 @@ class PoolService:
                     return {"pool": name, "scan": scan, "note": "stopped waiting"}
                 time.sleep(1.0)
 
-        return self.engine.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}")
+        return self.engine.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}",
+                                       long=True)
 
     def importable(self) -> builtins.list[str]:
         self._zfs_up()

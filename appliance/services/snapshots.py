@@ -7,9 +7,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from appliance import validate
-from appliance.errors import Conflict, NotFound
+from appliance.errors import Conflict, NotFound, Unavailable
 from appliance.model import DatastoreRecord
-from appliance.services.datastores import DatastoreRequest, DatastoreView
+from appliance.services.datastores import ChapRequest, DatastoreRequest, DatastoreView
 
 if TYPE_CHECKING:
     from appliance.engine import Engine
@@ -79,8 +79,10 @@ class SnapshotService:
 
     def rollback(self, datastore: str, name: str, destroy_newer: bool = False,
                  force: bool = False) -> SnapshotView:
-        """Rolls the datastore back. Refused while iSCSI initiators are logged in (their
-        caches would not match the disk) unless ``force``."""
+        """Rolls the datastore back. Refused while clients are connected (NFS clients
+        active recently, iSCSI initiators logged in: their caches would not match the
+        disk) unless ``force``. The export or LUN is withdrawn during the rollback and
+        served again after it, so ganesha's caches and LIO's start afresh."""
         snap = self.get(datastore, name)
         with self.engine.lock:
             rec = self._datastore(datastore)
@@ -96,8 +98,21 @@ class SnapshotService:
                 raise Conflict(f"snapshots newer than {name} exist ({', '.join(newer)}); "
                                "pass destroy_newer=true to remove them")
             if not rec.spec.is_nfs:
-                # take the LUN away while the zvol changes under it, then serve it again
-                self.engine.reconcile(exclude={rec.name})
+                current = self.engine.zfs.get_dataset(rec.spec.dataset)
+                then = self.engine.zfs.list_snapshots(rec.spec.dataset)
+                old_size = next((s.prop("volsize") for s in then
+                                 if s.name == snap.full_name), "")
+                if current is not None and old_size and old_size != current.prop("volsize"):
+                    raise Conflict(
+                        f"the LUN was resized after snapshot {name} ({old_size} -> "
+                        f"{current.prop('volsize')} bytes); a rollback would shrink it "
+                        "under its initiators: clone the snapshot instead")
+            withdrawn = self.engine.reconcile(exclude={rec.name})
+            failures = withdrawn.failures_for(rec.export_id, rec.iqn, "zfs")
+            if failures:
+                self.engine.reconcile()
+                raise Unavailable("could not withdraw the datastore for the rollback: "
+                                  + "; ".join(failures))
             try:
                 self.engine.zfs.rollback(snap.full_name, destroy_newer=destroy_newer)
             finally:
@@ -105,20 +120,35 @@ class SnapshotService:
         return snap
 
     def clone(self, datastore: str, name: str, new_name: str,
-              req: DatastoreRequest | None) -> DatastoreView:
-        """A new datastore from a snapshot, with its own export id / IQN / serial."""
+              req: DatastoreRequest | None = None) -> DatastoreView:
+        """A new datastore from a snapshot, with its own export id / IQN / serial. Without
+        ``req`` it gets the source's protocol, profile and access (clients, initiators,
+        groups and CHAP)."""
         snap = self.get(datastore, name)
         src = self.engine.datastores.record(datastore)
-        base = req or DatastoreRequest(protocol=src.spec.protocol, size=src.spec.size,
-                                       pool=src.spec.pool)
+        base = req or self.inherited_request(src)
         if base.pool not in (None, src.spec.pool):
             raise Conflict("a clone lives in the pool of its snapshot")
         spec = self.engine.datastores.validate_request(
             new_name, replace(base, pool=src.spec.pool, size=max(
                 validate.parse_size(base.size), src.spec.size)))
-        if spec.is_nfs != src.spec.is_nfs:
-            raise Conflict("a clone of an NFS datastore is NFS, of an iSCSI one iSCSI")
+        if spec.protocol != src.spec.protocol:
+            raise Conflict(f"a clone keeps the protocol of its source ({src.spec.protocol})")
         with self.engine.lock:
             if self.engine.store.get_datastore(new_name) is not None:
                 raise Conflict(f"datastore {new_name!r} already exists")
             return self.engine.datastores.create_clone(spec, snap.full_name)
+
+    @staticmethod
+    def inherited_request(src: DatastoreRecord) -> DatastoreRequest:
+        spec = src.spec
+        chap = spec.iscsi.chap
+        return DatastoreRequest(
+            protocol=spec.protocol, size=spec.size, pool=spec.pool, thin=True,
+            profile=spec.profile,
+            nfs_clients=[{"match": c.match, "access": c.access} for c in spec.nfs_clients],
+            initiators=list(spec.iscsi.initiators),
+            initiator_groups=list(spec.iscsi.initiator_groups),
+            chap=ChapRequest(chap.user, chap.secret, chap.mutual_user, chap.mutual_secret)
+            if chap else None,
+        )

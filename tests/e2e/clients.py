@@ -14,7 +14,9 @@ from pathlib import Path
 
 def run(argv: list[str], timeout: float = 300,
         check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    # errors="replace": iscsi-inq prints binary designators as they are
+    proc = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                          timeout=timeout, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"{argv[0]} failed ({proc.returncode}): {proc.stderr}{proc.stdout}")
     return proc

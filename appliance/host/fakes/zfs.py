@@ -113,6 +113,7 @@ class _Snap:
     txg: int
     referenced: int
     user: dict[str, str] = field(default_factory=dict)
+    volsize: str = "-"  # a volume's size when the snapshot was taken (as in ZFS)
 
 
 @dataclass
@@ -629,7 +630,7 @@ class FakeZfs:
             "guid": str(s.guid), "used": "0", "available": "-",
             "referenced": str(s.referenced), "written": str(s.referenced),
             "origin": "-", "mountpoint": "-", "mounted": "-",
-            "volsize": ds.local.get("volsize", "-"),
+            "volsize": s.volsize,
             "clones": ",".join(self._clones_of(pool, f"{ds.name}@{s.name}")) or "-",
         }
         props.update(s.user)
@@ -759,7 +760,7 @@ class FakeZfs:
                 raise InvalidInput(f"cannot create snapshot '{dataset}@{snapname}': "
                                    f"property '{key}' can not be set for snapshots")
         ds.snaps.append(_Snap(snapname, self._guid(), self._now(), self._next_txg(), ds.data,
-                              props))
+                              props, ds.local.get("volsize", "-")))
 
     def list_snapshots(self, dataset: str) -> list[DatasetInfo]:
         self._up()
@@ -783,6 +784,8 @@ class FakeZfs:
         for s in newer:
             ds.snaps.remove(s)
         ds.data = snap.referenced
+        if snap.volsize != "-":  # a volume's size is part of the snapshot
+            ds.local["volsize"] = snap.volsize
 
     def clone(self, snapshot: str, target: str, properties: Mapping[str, str]) -> None:
         self._up()

@@ -1,0 +1,133 @@
+"""The engine must never tear down what it serves because of a hiccup, must leave other
+owners' objects alone, and must adopt pools from other appliances without clashes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi.testclient import TestClient
+
+from appliance.host.ganesha import ClientRule, ExportSpec
+from appliance.services.datastores import ChapRequest, DatastoreRequest
+from tests.unit.conftest import Rig, make_rig
+from tests.unit.test_api_datastores import ESX, iscsi_body, nfs_body
+
+API = "/api/v1"
+
+
+def nfs(**kw: object) -> DatastoreRequest:
+    return DatastoreRequest(protocol="nfs3", size="1G", **kw)  # type: ignore[arg-type]
+
+
+def test_zfs_hiccup_tears_nothing_down(client: TestClient, rig: Rig) -> None:
+    client.put(f"{API}/datastores/ds", json=nfs_body())
+    client.put(f"{API}/datastores/lun", json=iscsi_body())
+    rig.zfs.down = True
+    report = rig.engine.reconcile()
+    assert report.applied == [] and "ZFS is not available" in report.errors[0]
+    rig.zfs.down = False
+    assert len(rig.ganesha.list_exports()) == 1 and len(rig.lio.list_targets()) == 1
+    assert client.get(f"{API}/system/drift").json()["in_sync"] is True
+
+
+def test_probe_exports_are_left_alone(rig: Rig) -> None:
+    rig.ganesha.add_export(ExportSpec(65500, "/tank/probe", "/tank/probe", (3,),
+                                      (ClientRule(("127.0.0.1",), "RW"),)))
+    assert rig.engine.plan() == []
+    rig.engine.reconcile()
+    assert [e.export_id for e in rig.ganesha.list_exports()] == [65500]
+
+
+def test_unmounted_nfs_dataset_is_reported(rig: Rig) -> None:
+    rig.engine.datastores.put("ds", nfs())
+    rig.zfs.set_properties("tank/datastores/ds", {"mountpoint": "none"})
+    problems = {subject: reason for subject, reason in rig.engine.zfs_problems()}
+    assert "not mounted" in problems["ds"]
+    assert rig.engine.system.drift().in_sync is False
+
+
+def test_failure_of_one_lun_does_not_block_a_similar_name(rig: Rig) -> None:
+    rig.engine.datastores.put("lun10", DatastoreRequest(protocol="iscsi", size="1G",
+                                                        initiators=[ESX]))
+    report = rig.engine.reconcile()
+    iqn10 = rig.engine.datastores.record("lun10").iqn
+    report.fail(str(iqn10), "apply_target lun10: broken")
+    iqn1 = rig.engine.datastores.target_iqn("lun1")
+    assert report.failures_for(iqn1) == [] and report.failures_for(iqn10)
+
+
+def test_adopting_a_pool_from_another_appliance(tmp_path: Path) -> None:
+    a = make_rig(tmp_path / "a")
+    a.engine.start()
+    a.engine.datastores.put("mine", nfs())  # export id 100 here
+    chap = ChapRequest("esx", "abcdefghijkl")
+    a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
+                                                       initiators=[ESX], chap=chap))
+    a.engine.datastores.put("other", nfs())
+    # "other" came from another appliance whose counter also started at 100
+    ds = a.zfs.get_dataset("tank/datastores/other")
+    assert ds is not None
+    a.zfs.set_properties("tank/datastores/other", {"zds:export_id": "100"})
+    for name in ("other", "secure"):
+        a.engine.store.delete_datastore(name)
+    adopted = a.engine.adopt()
+    assert sorted(adopted) == ["other", "secure"]
+    other = a.engine.datastores.record("other")
+    assert other.export_id not in (None, 100)
+    assert a.zfs.get_dataset("tank/datastores/other").prop(  # type: ignore[union-attr]
+        "zds:export_id") == str(other.export_id)
+    secure = a.engine.datastores.record("secure")
+    assert secure.state == "error" and "CHAP" in (secure.error or "")
+    a.engine.reconcile()
+    assert a.lio.list_targets() == []  # not served without its CHAP secret
+    # a PUT with the CHAP settings repairs it
+    view, _ = a.engine.datastores.put("secure", DatastoreRequest(
+        protocol="iscsi", size="1G", initiators=[ESX], chap=chap))
+    assert view.record.state == "ready" and view.serving
+    a.engine.close()
+
+
+def test_nfs_rollback_with_active_clients_needs_force(client: TestClient, rig: Rig) -> None:
+    d = client.put(f"{API}/datastores/ds", json=nfs_body()).json()
+    client.post(f"{API}/datastores/ds/snapshots", json={"name": "s1"})
+    rig.ganesha.set_connected(d["nfs"]["export_id"], ["192.0.2.10"])
+    r = client.post(f"{API}/datastores/ds/snapshots/s1/rollback", json={})
+    assert r.status_code == 409 and "192.0.2.10" in r.json()["error"]["message"]
+    r = client.post(f"{API}/datastores/ds/snapshots/s1/rollback", json={"force": True})
+    assert r.status_code == 200
+    # withdrawn and served again (fresh ganesha caches), same id and path
+    removes = [c for c in rig.ganesha.calls if c == ("RemoveExport", d["nfs"]["export_id"])]
+    assert len(removes) == 1
+    assert [e.export_id for e in rig.ganesha.list_exports()] == [d["nfs"]["export_id"]]
+
+
+def test_iscsi_rollback_across_a_resize_is_refused(client: TestClient, rig: Rig) -> None:
+    client.put(f"{API}/datastores/lun", json=iscsi_body())
+    client.post(f"{API}/datastores/lun/snapshots", json={"name": "small"})
+    assert client.put(f"{API}/datastores/lun", json=iscsi_body(size="20G")).status_code == 200
+    r = client.post(f"{API}/datastores/lun/snapshots/small/rollback", json={})
+    assert r.status_code == 409 and "resized" in r.json()["error"]["message"]
+    vol = rig.zfs.get_dataset("tank/datastores/lun")
+    assert vol is not None and vol.prop("volsize") == str(20 << 30)  # untouched
+
+
+def test_clone_inherits_access(client: TestClient, rig: Rig) -> None:
+    client.put(f"{API}/datastores/lun", json=iscsi_body(iscsi={
+        "initiators": [ESX], "chap": {"user": "esx", "secret": "abcdefghijkl"}}))
+    client.post(f"{API}/datastores/lun/snapshots", json={"name": "s1"})
+    c = client.post(f"{API}/datastores/lun/snapshots/s1/clones", json={"name": "copy"}).json()
+    assert c["iscsi"]["initiators"] == [ESX] and c["iscsi"]["chap_user"] == "esx"
+
+
+def test_inputs_the_adapters_would_refuse_are_422(client: TestClient, rig: Rig) -> None:
+    long_label = "a" * 64 + ".example.org"
+    r = client.put(f"{API}/datastores/ds", json=nfs_body(nfs={"clients": [
+        {"match": long_label}]}))
+    assert r.status_code == 422
+    r = client.put(f"{API}/datastores/lun", json=iscsi_body(iscsi={
+        "initiators": [ESX], "chap": {"user": "NULL", "secret": "abcdefghijkl"}}))
+    assert r.status_code == 422
+    r = client.put(f"{API}/datastores/a_b", json=iscsi_body())
+    assert r.status_code == 422 and "a_b" in r.json()["error"]["message"]
+    assert rig.zfs.list_datasets("tank/datastores") == [] or all(
+        d.name == "tank/datastores" for d in rig.zfs.list_datasets("tank/datastores"))
