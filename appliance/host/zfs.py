@@ -15,11 +15,16 @@ a device in use or missing ``Conflict``/``NotFound``; a malformed name, property
   newer snapshot with clones is ``Conflict``.
 - ``create_filesystem``/``create_volume`` create missing parents; ``clone`` does not
   (missing parent -> ``NotFound``). A thick volume or a ``refreservation`` larger than
-  the free space -> ``InsufficientSpace``; sparse volumes reserve nothing; a volume size
-  that is not a multiple of volblocksize -> ``InvalidInput``.
+  the free space -> ``InsufficientSpace``; sparse volumes reserve nothing; a new volume's
+  size is rounded up to its volblocksize (as zfs 2.3 does), a resize to a size that is not
+  a multiple of it -> ``InvalidInput``.
 - ``DatasetInfo.properties`` holds native properties as raw ``-p`` strings ("0" for no
-  quota/refreservation, "-" where not applicable) and only the user properties (``zds:*``)
-  set on that dataset itself (source local/received), never inherited ones.
+  quota/refreservation; a property that does not apply to the type is absent, and
+  ``origin`` is present on clones only: use ``prop()``) and only the user properties
+  (``zds:*``) set on that dataset itself (source local/received), never inherited ones.
+- ``create_pool`` takes user properties (``zds:*``) in ``pool_properties`` too (set with
+  ``zpool set`` right after the create, as zpool 2.3 refuses them at create time).
+- ``PoolStatus.scan`` is '' until the first scrub.
 - ``list_datasets`` is sorted by name; ``list_snapshots`` of a missing dataset is
   ``NotFound``; ``get_dataset`` of a missing name is ``None``.
 """
@@ -317,11 +322,9 @@ def _int_or_none(value: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
-# `zpool list -H -p -o name,health,size,allocated,free,fragmentation,capacity`
-# (tab-separated; '-' where a value is unknown, e.g. fragmentation of a fresh pool):
-#   tank	ONLINE	10200547328	1204224	10199343104	0	0
-#   zdsct	ONLINE	520093696	116736	519976960	-	0
-#   broken	UNAVAIL	-	-	-	-	-
+# `zpool list -H -p -o name,health,size,allocated,free,fragmentation,capacity`, as zpool
+# 2.3.2 prints it in the appliance (tab-separated; '-' where unknown, e.g. an UNAVAIL pool):
+#   p	ONLINE	503316480	651264	502665216	3	0
 ZPOOL_LIST_COLUMNS = "name,health,size,allocated,free,fragmentation,capacity"
 
 
@@ -341,16 +344,16 @@ def parse_zpool_list(out: str) -> list[PoolInfo]:
     return pools
 
 
-# `zpool get -H -p -o name,property,value,source all` (every pool; user properties show
-# up with source 'local'; feature@ lines are dropped by the parser):
-#   tank	size	10200547328	-
-#   tank	capacity	0	-
-#   tank	health	ONLINE	-
-#   tank	ashift	12	local
-#   tank	autotrim	off	default
-#   tank	comment	-	default
-#   tank	feature@lz4_compress	active	local
-#   tank	zds:demo	true	local
+# `zpool get -H -p -o name,property,value,source all` (zpool 2.3.2, abridged; user
+# properties come with source 'local'; the parser drops the feature@ lines):
+#   p	size	503316480	-
+#   p	health	ONLINE	-
+#   p	ashift	12	local
+#   p	autotrim	off	default
+#   p	comment	-	default
+#   p	org.zds:role	contract	local
+#   p	zds:role	contract	local
+#   p	feature@async_destroy	enabled	local
 def parse_get(out: str) -> dict[str, dict[str, tuple[str, str]]]:
     """``name -> {property: (value, source)}`` from ``zfs get``/``zpool get`` with
     ``-H -p -o name,property,value,source``. Values may contain spaces, not tabs."""
@@ -380,28 +383,28 @@ def _props_from(raw: Mapping[str, tuple[str, str]]) -> dict[str, str]:
     return props
 
 
-# `zfs get -H -p -o name,property,value,source all tank/zds/vm01` (abridged; one line per
-# property, snapshots and volumes the same way; '-' = not applicable):
-#   tank/zds/vm01	type	volume	-
-#   tank/zds/vm01	creation	1795742040	-
-#   tank/zds/vm01	used	34340864	-
-#   tank/zds/vm01	available	9793286144	-
-#   tank/zds/vm01	referenced	57344	-
-#   tank/zds/vm01	compressratio	1.00x	-
-#   tank/zds/vm01	reservation	0	default
-#   tank/zds/vm01	volsize	33554432	local
-#   tank/zds/vm01	volblocksize	16384	default
-#   tank/zds/vm01	checksum	on	default
-#   tank/zds/vm01	compression	lz4	inherited from tank
-#   tank/zds/vm01	origin	-	-
-#   tank/zds/vm01	refreservation	34283520	local
-#   tank/zds/vm01	guid	10736245376190163203	-
-#   tank/zds/vm01	sync	standard	default
-#   tank/zds/vm01	mountpoint	-	-
-#   tank/zds/vm01	createtxg	94	-
-#   tank/zds/vm01	zds:serial	6a1e5c3d-0000-4000-8000-000000000001	local
-#   tank/zds	zds:role	datastores	local
-#   tank/zds/vm01	zds:role	datastores	inherited from tank/zds
+# `zfs get -H -p -o name,property,value,source all p/fs/child` (zfs 2.3.2, abridged; a
+# property that does not apply to the type is not listed at all, 'origin' only on clones):
+#   p/fs/child	type	filesystem	-
+#   p/fs/child	creation	1795316290	-
+#   p/fs/child	used	98304	-
+#   p/fs/child	available	67010560	-
+#   p/fs/child	referenced	98304	-
+#   p/fs/child	compressratio	1.00	-
+#   p/fs/child	mounted	yes	-
+#   p/fs/child	quota	0	default
+#   p/fs/child	recordsize	131072	default
+#   p/fs/child	mountpoint	/p/fs/child	default
+#   p/fs/child	compression	lz4	inherited from p
+#   p/fs/child	createtxg	12	-
+#   p/fs/child	refquota	67108864	local
+#   p/fs/child	refreservation	0	default
+#   p/fs/child	guid	8769078409687900901	-
+#   p/fs/child	zds:kind	nfs	local
+# and for a snapshot, user properties of its dataset show up as inherited:
+#   p/fs/child@s1	clones	p/clone	-
+#   p/fs/child@s1	zds:note	hello	local
+#   p/fs/child@s1	zds:kind	nfs	inherited from p/fs/child
 def parse_datasets(out: str) -> list[DatasetInfo]:
     infos: list[DatasetInfo] = []
     for name, raw in parse_get(out).items():
@@ -414,42 +417,44 @@ def parse_datasets(out: str) -> list[DatasetInfo]:
     return infos
 
 
-# `zpool status -p tank` (tab-indented config tree; two spaces per level; the group
-# lines logs/cache/spares/special/dedup sit at the pool's level and carry no state):
-#   pool: tank
+# `zpool status -p p` (zpool 2.3.2; tab-indented config tree, two spaces per level; the
+# group lines logs/cache/spares/special/dedup sit at the pool's level without a state; no
+# 'scan:' line before the first scrub; a scrub in progress adds indented lines to it):
+#   pool: p
 #  state: ONLINE
-#   scan: scrub repaired 0B in 00:00:01 with 0 errors on Sun Nov 22 02:00:01 2026
 # config:
 #
-# 	NAME                 STATE     READ WRITE CKSUM
-# 	tank                 ONLINE       0     0     0
-# 	  mirror-0           ONLINE       0     0     0
-# 	    virtio-zdsdata0  ONLINE       0     0     0
-# 	    virtio-zdsdata1  ONLINE       0     0     0
-# 	logs
-# 	  virtio-zdsdata2    ONLINE       0     0     0
+# 	NAME                    STATE     READ WRITE CKSUM
+# 	p                       ONLINE       0     0     0
+# 	  mirror-0              ONLINE       0     0     0
+# 	    /var/tmp/ex/d0.img  ONLINE       0     0     0
+# 	    /var/tmp/ex/d1.img  ONLINE       0     0     0
+# 	logs<TAB>
+# 	  /var/tmp/ex/d2.img    ONLINE       0     0     0
 # 	cache
-# 	  virtio-zdsdata3    ONLINE       0     0     0
+# 	  /var/tmp/ex/d3.img    ONLINE       0     0     0
 # 	spares
-# 	  virtio-zdsdata4    AVAIL
+# 	  /var/tmp/ex/d4.img    AVAIL<3 spaces>
 #
 # errors: No known data errors
 ZPOOL_STATUS_SAMPLE = (
-    "  pool: tank\n state: ONLINE\n"
-    "  scan: scrub repaired 0B in 00:00:01 with 0 errors on Sun Nov 22 02:00:01 2026\n"
-    "config:\n\n"
-    "\tNAME                 STATE     READ WRITE CKSUM\n"
-    "\ttank                 ONLINE       0     0     0\n"
-    "\t  mirror-0           ONLINE       0     0     0\n"
-    "\t    virtio-zdsdata0  ONLINE       0     0     0\n"
-    "\t    virtio-zdsdata1  ONLINE       0     0     0\n"
-    "\tlogs\t\n"
-    "\t  virtio-zdsdata2    ONLINE       0     0     0\n"
-    "\tcache\n"
-    "\t  virtio-zdsdata3    ONLINE       0     0     0\n"
-    "\tspares\n"
-    "\t  virtio-zdsdata4    AVAIL   \n"
-    "\nerrors: No known data errors\n"
+    '  pool: p\n'
+    ' state: ONLINE\n'
+    'config:\n'
+    '\n'
+    '\tNAME                    STATE     READ WRITE CKSUM\n'
+    '\tp                       ONLINE       0     0     0\n'
+    '\t  mirror-0              ONLINE       0     0     0\n'
+    '\t    /var/tmp/ex/d0.img  ONLINE       0     0     0\n'
+    '\t    /var/tmp/ex/d1.img  ONLINE       0     0     0\n'
+    '\tlogs\t\n'
+    '\t  /var/tmp/ex/d2.img    ONLINE       0     0     0\n'
+    '\tcache\n'
+    '\t  /var/tmp/ex/d3.img    ONLINE       0     0     0\n'
+    '\tspares\n'
+    '\t  /var/tmp/ex/d4.img    AVAIL   \n'
+    '\n'
+    'errors: No known data errors\n'
 )
 
 
@@ -532,16 +537,24 @@ def _build_status(fields: Mapping[str, list[str]],
                       config=root)
 
 
-# `zpool import -d /var/tmp/zds-contract` (pools that could be imported):
-#    pool: zdsct
-#      id: 15096359658297400000
-#   state: ONLINE
-#  action: The pool can be imported using its name or numeric identifier.
-#  config:
+# `zpool import -d /var/tmp/ex` (zpool 2.3.2; pools that could be imported; with none it
+# prints "no pools available to import" on stderr and exits 0):
+#   pool: p
+#     id: 10965544793563260978
+#  state: ONLINE
+# action: The pool can be imported using its name or numeric identifier.
+# config:
 #
-# 	zdsct                               ONLINE
-# 	  /var/tmp/zds-contract/disk0.img  ONLINE
-# With nothing to import it prints "no pools available to import" on stderr.
+# 	p                       ONLINE
+# 	  mirror-0              ONLINE
+# 	    /var/tmp/ex/d0.img  ONLINE
+# 	    /var/tmp/ex/d1.img  ONLINE
+# 	cache
+# 	  /var/tmp/ex/d3.img
+# 	spares
+# 	  /var/tmp/ex/d4.img
+# 	logs<TAB>
+# 	  /var/tmp/ex/d2.img    ONLINE
 def parse_zpool_import(out: str) -> list[str]:
     names: list[str] = []
     for line in out.splitlines():

@@ -83,6 +83,14 @@ def classify(stderr: str) -> ZdsError:
     ("cannot create 'tank/v': property doesn't apply to datasets of this type",
      InvalidInput),
     ("cannot open 'tank': pool I/O is currently suspended", Unavailable),
+    # captured from zfsutils-linux 2.3.2 in the appliance image:
+    ("property 'zds:role' is not a valid pool or vdev property", InvalidInput),
+    ("cannot use '/dev/null': must be a block device or regular file", InvalidInput),
+    ("cannot set property for 'p/odd': 'volsize' must be a multiple of volume block size "
+     "(16K)", InvalidInput),
+    ("cannot scrub p: currently scrubbing; use 'zpool scrub -s' to cancel scrub", Conflict),
+    ("cannot import 'p': a pool with that name already exists\n"
+     "use the form 'zpool import <pool | id> <newpool>' to give it a new name", Conflict),
     # zfsutils-linux 2.3.2 run on this host (no zfs.ko), verbatim:
     ("The ZFS modules cannot be auto-loaded.\n"
      "Try running 'modprobe zfs' as root to manually load them.", Unavailable),
@@ -106,11 +114,14 @@ def test_create_pool_command_line() -> None:
                               VdevSpec("mirror", ("/dev/sdd", "/dev/sde"))),
                         log=(VdevSpec("disk", ("/dev/nvme0n1",)),),
                         cache=("/dev/nvme1n1",), spares=("/dev/sdf",))
-    zfs.create_pool("tank", layout, {"ashift": "12"}, {"compression": "lz4"}, force=True)
+    zfs.create_pool("tank", layout, {"ashift": "12", "zds:role": "data"},
+                    {"compression": "lz4"}, force=True)
     assert runner.calls == [(
         "zpool", "create", "-f", "-o", "ashift=12", "-O", "compression=lz4", "tank",
         "mirror", "/dev/sdb", "/dev/sdc", "mirror", "/dev/sdd", "/dev/sde",
-        "log", "/dev/nvme0n1", "cache", "/dev/nvme1n1", "spare", "/dev/sdf")]
+        "log", "/dev/nvme0n1", "cache", "/dev/nvme1n1", "spare", "/dev/sdf"),
+        # zpool 2.3 takes user properties only from `zpool set`
+        ("zpool", "set", "zds:role=data", "tank")]
 
 
 @pytest.mark.parametrize("hostile", ["-f", "tank; rm -rf /", "tank\nx", "$(id)", "a\tb", ""])
@@ -206,7 +217,8 @@ def test_list_pools_merges_properties() -> None:
 def test_pool_status_and_missing_pool() -> None:
     zfs, runner = make()
     runner.on(["zpool", "status"], stdout=ZPOOL_STATUS_SAMPLE)
-    assert zfs.pool_status("tank").config.children[0].name == "mirror-0"
+    assert zfs.pool_status("p").config.children[0].name == "mirror-0"
+    assert runner.calls[-1] == ("zpool", "status", "-p", "p")
     runner.on(["zpool", "status"], returncode=1, stderr="cannot open 'nope': no such pool")
     with pytest.raises(NotFound):
         zfs.pool_status("nope")

@@ -69,7 +69,7 @@ _INHERITABLE = {"compression", "sync", "atime", "relatime", "xattr", "acltype", 
                 "primarycache", "secondarycache", "dedup", "readonly", "snapdir", "checksum",
                 "recordsize", "redundant_metadata", "aclinherit", "dnodesize", "volmode"}
 _DEFAULTS = {"compression": "on", "sync": "standard", "atime": "on", "relatime": "on",
-             "xattr": "sa", "acltype": "off", "logbias": "latency", "primarycache": "all",
+             "xattr": "on", "acltype": "off", "logbias": "latency", "primarycache": "all",
              "secondarycache": "all", "dedup": "off", "readonly": "off", "snapdir": "hidden",
              "checksum": "on", "recordsize": str(128 * 1024), "redundant_metadata": "all",
              "aclinherit": "restricted", "dnodesize": "legacy", "volmode": "default",
@@ -438,7 +438,7 @@ class FakeZfs:
                 VdevNode(_vdev_display_name(d), "AVAIL") for d in p.layout.spares)))
         root = VdevNode(name=p.name, state="ONLINE", children=tuple(groups))
         return PoolStatus(name=p.name, state="ONLINE", status="", action="",
-                          scan=p.scan or "none requested", errors="No known data errors",
+                          scan=p.scan, errors="No known data errors",
                           config=root)
 
     def create_pool(self, pool: str, layout: PoolLayout, pool_properties: Mapping[str, str],
@@ -593,15 +593,14 @@ class FakeZfs:
             "usedbysnapshots": "0",
             "usedbyrefreservation": str(max(0, refres - ds.data)),
             "compressratio": "1.00",
-            "origin": ds.origin or "-",
             "reservation": ds.local.get("reservation", "0"),
             "refreservation": str(refres),
         }
+        if ds.origin:
+            props["origin"] = ds.origin  # zfs lists 'origin' on clones only
         for key in sorted(_INHERITABLE):
-            if (key in _FS_ONLY and ds.type == "volume") or (
-                    key in _VOL_ONLY and ds.type == "filesystem"):
-                props[key] = "-"
-            else:
+            if not ((key in _FS_ONLY and ds.type == "volume") or (
+                    key in _VOL_ONLY and ds.type == "filesystem")):
                 props[key] = self._effective(pool, ds, key)[0]
         if ds.type == "filesystem":
             props.update({
@@ -609,15 +608,11 @@ class FakeZfs:
                 "refquota": ds.local.get("refquota", "0"),
                 "mountpoint": self._mountpoint(pool, ds),
                 "canmount": ds.local.get("canmount", "on"),
-                "volsize": "-",
-                "volblocksize": "-",
             })
             props["mounted"] = "yes" if (props["mountpoint"] not in ("none", "legacy")
                                          and props["canmount"] == "on") else "no"
         else:
-            props.update({
-                "quota": "-", "refquota": "-", "mountpoint": "-", "mounted": "-",
-                "canmount": "-", "recordsize": "-",
+            props.update({  # quota, mountpoint, recordsize... do not apply: not listed
                 "volsize": ds.local["volsize"],
                 "volblocksize": ds.local.get("volblocksize", str(DEFAULT_VOLBLOCKSIZE)),
             })
@@ -658,9 +653,7 @@ class FakeZfs:
         vbs = int(props.get("volblocksize", str(DEFAULT_VOLBLOCKSIZE)))
         if size <= 0:
             raise InvalidInput(f"cannot create '{name}': volume size cannot be zero")
-        if size % vbs:
-            raise InvalidInput(f"cannot create '{name}': volume size must be a multiple of "
-                               "volume block size")
+        size = -(-size // vbs) * vbs  # zfs 2.3 rounds a new volume up to volblocksize
         local = {k: v for k, v in props.items() if ":" not in k}
         local["volsize"] = str(size)
         if local.get("refreservation") == "auto" or (
@@ -691,8 +684,8 @@ class FakeZfs:
             new = int(native["volsize"])
             vbs = int(ds.local.get("volblocksize", str(DEFAULT_VOLBLOCKSIZE)))
             if new <= 0 or new % vbs:
-                raise InvalidInput(f"cannot set property for '{name}': volume size must be a "
-                                   "multiple of volume block size")
+                raise InvalidInput(f"cannot set property for '{name}': 'volsize' must be a "
+                                   f"multiple of volume block size ({vbs // 1024}K)")
             old = int(ds.local["volsize"])
             if self._refres(ds) == old and "refreservation" not in native:
                 native["refreservation"] = str(new)  # thick volume: reservation follows
