@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -496,10 +497,21 @@ class Build:
 
 
 def build(force: bool = False) -> Path:
+    """Builds or reuses the images; returns their directory. One build at a time per cache."""
     if os.geteuid() != 0:
         raise SystemExit("build: run as root (mmdebstrap root mode, chroot, bind mounts)")
     cache = images_dir()
     cache.mkdir(parents=True, exist_ok=True)
+    with (cache / ".lock").open("w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log("another build is running with this cache: waiting for it")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build_locked(cache, force)
+
+
+def _build_locked(cache: Path, force: bool) -> Path:
     t0 = time.monotonic()
     log("resolving package versions")
     resolved = resolve(cache)

@@ -19,6 +19,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -39,6 +40,15 @@ OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260}
 HEALTH_PATH = "/api/v1/system/health"
 DATA_DISK_SIZE = 8 * 1024**3
+
+
+# The API's token format (appliance/services/tokens.py): zds_<12 hex id>_<43 char secret>.
+TOKEN_RE = re.compile(r"^zds_[0-9a-f]{12}_[A-Za-z0-9_-]{43}$")
+
+
+def new_admin_token() -> str:
+    """A fresh admin token, made on the host and handed to the guest's first boot by fw_cfg."""
+    return f"zds_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
 
 
 class VmError(RuntimeError):
@@ -218,10 +228,11 @@ class Appliance:
             if not p.exists():
                 with p.open("wb") as f:
                     f.truncate(self.data_disk_size)  # sparse
-        if not self.token_file.exists():
+        if not self.token_file.exists() or not TOKEN_RE.match(self.admin_token()):
+            self.token_file.unlink(missing_ok=True)
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_urlsafe(32) + "\n")
+                f.write(new_admin_token() + "\n")
 
     def qemu_argv(self, kvm: bool) -> list[str]:
         s = self.state_dir
@@ -490,8 +501,8 @@ ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).
   console    {app.serial_log}
   data disks {', '.join(str(app.disk_path(i)) for i in range(app.data_disks))}
 
-First call:
-  curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/system/health
+First call (the pools; `zds --server {app.api_url} --token ...` works too):
+  curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools
 Stop it with ./zds-appliance stop (the data disks are kept).""")
     return 0
 

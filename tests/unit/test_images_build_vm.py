@@ -102,3 +102,17 @@ changed: [/r]
 """
     assert build.changed_tasks(out) == ["zfs : Copy the prebuilt modules",
                                         "zfs : Run depmod for the target kernel"]
+
+
+def test_admin_token_has_the_api_format_and_bad_ones_are_replaced(tmp_path: Path) -> None:
+    from appliance.services.tokens import _TOKEN
+    from images.vm import new_admin_token
+
+    assert _TOKEN.match(new_admin_token())
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b", data_disks=0)
+    vm.state_dir.mkdir(exist_ok=True)
+    vm.token_file.write_text("not-a-token\n")
+    (tmp_path / "b").write_bytes(b"\0" * 512)
+    vm.prepare()
+    assert _TOKEN.match(vm.admin_token())
+    assert (vm.token_file.stat().st_mode & 0o777) == 0o600
