@@ -41,7 +41,8 @@ def test_iscsi_login_without_discovery_and_logout(tmp_path: Path) -> None:
     ]
     assert not any("discovery" in c for call in runner.calls for c in call)
     with pytest.raises(Unavailable, match="no iSCSI initiator name"):
-        IscsiInitiator(runner, str(tmp_path / "missing")).initiator_name()
+        (tmp_path / "empty").write_text("# nothing\n")
+        IscsiInitiator(runner, str(tmp_path / "empty")).initiator_name()
 
 
 def test_iscsi_login_gives_up_and_logs_out_when_no_device_appears() -> None:
@@ -111,3 +112,15 @@ def test_iscsi_attach_removes_its_target_when_login_fails() -> None:
     with pytest.raises(Unavailable):
         att.attach(ref, scratch, "ab")
     assert lio.list_targets() == [] and lio.list_backstores() == []
+
+
+def test_initiator_name_is_generated_before_iscsids_first_start(tmp_path: Path) -> None:
+    f = tmp_path / "initiatorname.iscsi"
+    f.write_text("## DO NOT EDIT OR REMOVE THIS FILE!\nGenerateName=yes\n")
+    runner = RecordingRunner()
+    runner.on(["iscsi-iname"], stdout="iqn.1993-08.org.debian:01:9f3c2d1e0b7a\n")
+    ini = IscsiInitiator(runner, str(f))
+    assert ini.initiator_name() == "iqn.1993-08.org.debian:01:9f3c2d1e0b7a"
+    assert "InitiatorName=iqn.1993-08.org.debian:01:9f3c2d1e0b7a" in f.read_text()
+    assert ini.initiator_name() == "iqn.1993-08.org.debian:01:9f3c2d1e0b7a"
+    assert runner.calls == [("iscsi-iname", "-p", "iqn.1993-08.org.debian:01")]
