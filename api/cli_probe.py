@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from api.cli import Client, _out, _table
+from api.cli import Client as Client  # re-exported: tests patch cli_probe.Client
+from api.cli import _out, _table
 
 STEP_COLS = [("iops", "IOPS"), ("mbps", "MB/s"), ("lat_mean_ms", "mean ms"),
              ("lat_p50_ms", "p50"), ("lat_p95_ms", "p95"), ("lat_p99_ms", "p99"),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from appliance import reconcile as rc
 from appliance.host.ganesha import ClientRule, ExportSpec, LiveExport
 from appliance.host.lio import AclSpec, LiveTarget, LunSpec, TargetSpec
@@ -33,8 +35,10 @@ def render(spec: ExportSpec) -> str:
     return repr(spec)
 
 
-def plan(exports=(), live_exports=(), rendered=None, targets=(), live_targets=(),
-         backstores=()) -> list[rc.Action]:  # type: ignore[no-untyped-def]
+def plan(exports: Sequence[ExportSpec] = (), live_exports: Sequence[LiveExport] = (),
+         rendered: dict[int, str] | None = None, targets: Sequence[TargetSpec] = (),
+         live_targets: Sequence[LiveTarget] = (), backstores: Sequence[str] = ()
+         ) -> list[rc.Action]:
     files = rendered or {}
     return rc.plan(list(exports), list(live_exports), files.get, render, list(targets),
                    list(live_targets), backstores, PREFIX)
