@@ -63,13 +63,17 @@ def no_probe_leftovers(appliance: E2EAppliance) -> None:
     assert "/run/zds/probes" not in appliance.check("cat /proc/mounts")
 
 
-def test_datastores_for_probes(api: httpx.Client) -> None:
+def ensure_pool(api: httpx.Client) -> None:
     if not ok(api.get("/pools")):  # firstboot normally made "tank" on the data disks
         job = ok(api.post("/pools", params={"wait": 300}, json={
             "name": "tank", "force": True, "vdevs": [{"type": "mirror", "disks": [
                 "/dev/disk/by-id/virtio-zdsdata0", "/dev/disk/by-id/virtio-zdsdata1"]}]}),
             202)
         assert job["state"] == "succeeded", job
+
+
+def test_datastores_for_probes(api: httpx.Client) -> None:
+    ensure_pool(api)
     ok(api.put(f"/datastores/{NFS_DS}", json={
         "protocol": "nfs3", "size": "2G",
         "nfs": {"clients": [{"match": "127.0.0.1", "access": "rw"}]}}), 201)
@@ -137,12 +141,13 @@ def test_cleanup(api: httpx.Client) -> None:
 
 @pytest.mark.skipif(not os.environ.get("ZDS_E2E_BENCH"),
                     reason="a measurement, not a test: set ZDS_E2E_BENCH=1 to print the table")
-def test_protocol_overhead_table(appliance: E2EAppliance,
+def test_protocol_overhead_table(api: httpx.Client, appliance: E2EAppliance,
                                  capsys: pytest.CaptureFixture[str]) -> None:
     """bench/protocol_overhead.py against this appliance; the table goes to
     $ZDS_E2E_BENCH_OUT (default /tmp/zds-protocol-overhead.txt)."""
     from bench import protocol_overhead
 
+    ensure_pool(api)
     rc = protocol_overhead.main([
         "--server", appliance.api_url, "--token", token(appliance), "--insecure",
         "--create", "--runtime", os.environ.get("ZDS_E2E_BENCH_RUNTIME", "10")])
