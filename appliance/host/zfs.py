@@ -31,6 +31,7 @@ a device in use or missing ``Conflict``/``NotFound``; a malformed name, property
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import time
@@ -574,7 +575,8 @@ class Zfs:
     def __init__(self, runner: Runner, *, import_dirs: Sequence[str] = (),
                  poll_interval: float = 0.1, dev_zfs: str = "/dev/zfs") -> None:
         self.runner = runner
-        self.import_dirs = tuple(import_dirs)  # searched by import (pools on files)
+        # directories (globs allowed) also searched by import: pools on sparse files
+        self.import_dirs = tuple(import_dirs)
         self.poll_interval = poll_interval
         self.dev_zfs = dev_zfs  # the control node; missing = module not loaded
         self._available_until = 0.0
@@ -649,23 +651,39 @@ class Zfs:
         self._run(["zpool", "export", _arg_name(pool)], timeout=300)
 
     def _dir_args(self) -> list[str]:
+        """``-d DIR`` for every existing directory matching ``import_dirs`` (globs allowed,
+        e.g. /var/lib/zds/pools/*: pools on sparse files live in one directory each)."""
         args: list[str] = []
-        for d in self.import_dirs:
-            args += ["-d", d]
+        for pattern in self.import_dirs:
+            for d in sorted(glob.glob(pattern)):
+                if os.path.isdir(d):
+                    args += ["-d", d]
         return args
 
     def import_pool(self, pool: str) -> None:
-        self._run(["zpool", "import", *self._dir_args(), _arg_name(pool)], timeout=300)
-
-    def importable_pools(self) -> list[str]:
+        """Imports from the disks (default search) or else from ``import_dirs``."""
         try:
-            result = self.runner.run(["zpool", "import", *self._dir_args()], check=False,
-                                     timeout=120)
-        except CommandError as exc:  # pragma: no cover - check=False never raises it
-            raise classify_error(exc) from exc
+            self._run(["zpool", "import", _arg_name(pool)], timeout=300)
+        except NotFound:
+            dirs = self._dir_args()
+            if not dirs:
+                raise
+            self._run(["zpool", "import", *dirs, _arg_name(pool)], timeout=300)
+
+    def _scan(self, dirs: list[str]) -> list[str]:
+        result = self.runner.run(["zpool", "import", *dirs], check=False, timeout=120)
         if not result.ok and "no pools available" not in result.stderr:
             raise classify_error(CommandError(result))
         return parse_zpool_import(result.stdout)
+
+    def importable_pools(self) -> list[str]:
+        """Pools ``zpool import`` finds on the disks, plus those in ``import_dirs``
+        (``-d`` replaces the default search, so both are scanned)."""
+        names = self._scan([])
+        dirs = self._dir_args()
+        if dirs:
+            names += [n for n in self._scan(dirs) if n not in names]
+        return names
 
     def set_pool_properties(self, pool: str, properties: Mapping[str, str]) -> None:
         for arg in _prop_args("", properties):

@@ -224,11 +224,28 @@ def test_pool_status_and_missing_pool() -> None:
         zfs.pool_status("nope")
 
 
-def test_import_uses_search_dirs_and_empty_listing() -> None:
-    zfs, runner = make()
-    runner.on(["zpool", "import"], returncode=1, stderr="no pools available to import")
-    assert zfs.importable_pools() == []
-    assert runner.calls[-1] == ("zpool", "import", "-d", "/var/tmp/zds")
+def test_import_scans_disks_and_sparse_file_dirs(tmp_path: Path) -> None:
+    (tmp_path / "pools" / "demo").mkdir(parents=True)
+    (tmp_path / "pools" / "stray-file").touch()
+    runner = RecordingRunner()
+    zfs = Zfs(runner, import_dirs=(str(tmp_path / "pools" / "*"), "/nonexistent/*"))
+    demo = str(tmp_path / "pools" / "demo")
+    runner.on(["zpool", "import"], returncode=0, stderr="no pools available to import")
+    runner.on(["zpool", "import", "-d", demo], stdout="   pool: demo\n     id: 1\n")
+    assert zfs.importable_pools() == ["demo"]
+    assert runner.calls == [("zpool", "import"), ("zpool", "import", "-d", demo)]
+    runner.calls.clear()
+    runner.on(["zpool", "import", "demo"], returncode=1,
+              stderr="cannot import 'demo': no such pool available")
+    zfs.import_pool("demo")
+    assert runner.calls == [("zpool", "import", "demo"), ("zpool", "import", "-d", demo, "demo")]
+    runner.calls.clear()
+    runner.on(["zpool", "import", "-d", demo, "nope"], returncode=1,
+              stderr="cannot import 'nope': no such pool available")
+    runner.on(["zpool", "import", "nope"], returncode=1,
+              stderr="cannot import 'nope': no such pool available")
+    with pytest.raises(NotFound):
+        zfs.import_pool("nope")
 
 
 def test_scrub_already_running_is_fine() -> None:
