@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -349,10 +350,20 @@ def submit(engine: Engine, svc: ProbeService, req: ProbeRequest) -> tuple[str, A
     def body(ctx: JobContext) -> dict[str, Any]:
         token = CancelToken()
         ctx.on_cancel.append(token.cancel)
-        if ctx.cancelled:
-            token.cancel()
+        done = threading.Event()
+
+        def watch() -> None:  # JobManager.shutdown sets the event without calling hooks
+            while not done.is_set():
+                if ctx.cancel_event.wait(1.0):
+                    token.cancel()
+                    return
+
+        threading.Thread(target=watch, name=f"zds-probe-{probe_id}", daemon=True).start()
         ctx.progress(0.01, f"probe {probe_id}: {planned.profile.name} on {req.datastore}")
-        result = svc.run(req, probe_id, token)
+        try:
+            result = svc.run(req, probe_id, token)
+        finally:
+            done.set()
         if result.status == "cancelled":
             raise JobCancelled()
         if result.status == "failed":

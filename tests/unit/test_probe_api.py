@@ -252,3 +252,28 @@ def test_cancel_kills_fio_saves_a_cancelled_result_and_cleans_up(
     assert rig.zfs.get_dataset(f"tank/zds-probes/ds1-{rid}") is None
     assert client.get("/api/v1/probes/running").json() == {}
     assert client.post(f"/api/v1/probes/{rid}/cancel").status_code == 404
+
+
+def test_engine_shutdown_cancels_a_running_probe(client: TestClient, rig: Rig,
+                                                 probe: Probe) -> None:
+    import time
+
+    _nfs(client)
+    probe.fio.block = True
+    rid = client.post("/api/v1/probes", json={"profile": "bst", "datastore": "ds1"}
+                      ).json()["result_id"]
+    for _ in range(300):
+        if probe.fio.runs:
+            break
+        time.sleep(0.01)
+    rig.engine.jobs.shutdown()  # what the API does when it stops
+    for _ in range(300):
+        if probe.fio.runs[0].cancels:
+            break
+        time.sleep(0.01)
+    assert probe.fio.runs[0].cancels == 1
+    for _ in range(300):
+        if not probe.service.registry.running():
+            break
+        time.sleep(0.01)
+    assert probe.service.get(rid).status == "cancelled"
