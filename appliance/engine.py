@@ -88,7 +88,9 @@ class Engine:
         return cls(
             settings,
             Store(settings.db_path),
-            Zfs(runner),
+            # demo/test pools on sparse files live in <state>/pools/<pool>/: import
+            # searches there too, besides the disks
+            Zfs(runner, import_dirs=(str(settings.state_dir / "pools" / "*"),)),
             Lio(),
             Ganesha(runner, settings.ganesha_exports_dir, settings.ganesha_dbus_address),
             RealLocalHost(runner),
