@@ -607,10 +607,18 @@ class Zfs:
                                             ZPOOL_LIST_COLUMNS]))
         if not pools:
             return []
-        props = parse_get(self._run(["zpool", "get", "-H", "-p", "-o",
-                                     "name,property,value,source", "all"]))
-        return [replace(p, properties={k: v for k, (v, _s) in props.get(p.name, {}).items()})
-                for p in pools]
+        out: list[PoolInfo] = []
+        for p in pools:
+            # one pool per call: each pool's own user properties, and a pool that vanished
+            # or is half-created meanwhile cannot spoil the others' answer
+            try:
+                props = parse_get(self._run(["zpool", "get", "-H", "-p", "-o",
+                                             "name,property,value,source", "all",
+                                             _arg_name(p.name)])).get(p.name, {})
+            except NotFound:
+                continue
+            out.append(replace(p, properties={k: v for k, (v, _s) in props.items()}))
+        return out
 
     def pool_status(self, pool: str) -> PoolStatus:
         out = self._run(["zpool", "status", "-p", _arg_name(pool)])
@@ -636,6 +644,13 @@ class Zfs:
         argv += [_arg_name(pool), *vdev_args(layout)]
         self._run(argv, timeout=300)
         self.set_pool_properties(pool, user)
+        if user:  # read back: one contract run in a booting appliance lost a set
+            got = parse_get(self._run(["zpool", "get", "-H", "-p", "-o",
+                                       "name,property,value,source", ",".join(user), pool]))
+            missing = {k: v for k, v in user.items()
+                       if got.get(pool, {}).get(k, ("", ""))[0] != v}
+            if missing:
+                self.set_pool_properties(pool, missing)
 
     def destroy_pool(self, pool: str) -> None:
         self._run(["zpool", "destroy", _arg_name(pool)], timeout=300)

@@ -120,8 +120,10 @@ def test_create_pool_command_line() -> None:
         "zpool", "create", "-f", "-o", "ashift=12", "-O", "compression=lz4", "tank",
         "mirror", "/dev/sdb", "/dev/sdc", "mirror", "/dev/sdd", "/dev/sde",
         "log", "/dev/nvme0n1", "cache", "/dev/nvme1n1", "spare", "/dev/sdf"),
-        # zpool 2.3 takes user properties only from `zpool set`
-        ("zpool", "set", "zds:role=data", "tank")]
+        # zpool 2.3 takes user properties only from `zpool set`; then they are read back
+        ("zpool", "set", "zds:role=data", "tank"),
+        ("zpool", "get", "-H", "-p", "-o", "name,property,value,source", "zds:role", "tank"),
+        ("zpool", "set", "zds:role=data", "tank")]  # the recorder answered nothing: set again
 
 
 @pytest.mark.parametrize("hostile", ["-f", "tank; rm -rf /", "tank\nx", "$(id)", "a\tb", ""])
@@ -212,6 +214,8 @@ def test_list_pools_merges_properties() -> None:
     (pool,) = zfs.list_pools()
     assert pool.name == "tank" and pool.capacity == 10
     assert pool.properties == {"zds:demo": "true", "ashift": "12"}
+    assert runner.calls[-1] == ("zpool", "get", "-H", "-p", "-o", "name,property,value,source",
+                                "all", "tank")
 
 
 def test_pool_status_and_missing_pool() -> None:
@@ -297,3 +301,12 @@ def test_wait_for_device_not_a_volume_and_timeout() -> None:
     with pytest.raises(Unavailable):
         zfs.wait_for_device("tank/zds-never", timeout=0.3)
     assert ("udevadm", "settle", "--timeout=10") in runner.calls
+
+
+def test_create_pool_user_properties_read_back_once() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "get"], stdout="tank\tzds:demo\ttrue\tlocal\n")
+    zfs.create_pool("tank", PoolLayout(data=(VdevSpec("disk", ("/dev/sdb",)),)),
+                    {"zds:demo": "true"}, {})
+    assert [c[:2] for c in runner.calls] == [("zpool", "create"), ("zpool", "set"),
+                                             ("zpool", "get")]
