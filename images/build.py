@@ -56,7 +56,7 @@ BACKPORTS_PIN = [
     "libnvpair3linux", "libuutil3linux", "libzfsbootenv1linux",
 ]
 HASHED_DIRS = ["ansible", "images", "appliance", "api"]
-HASHED_FILES = ["pyproject.toml"]
+HASHED_FILES = ["pyproject.toml", "README.md"]
 OUTPUTS = ("zds.raw", "zds.qcow2", "zds.ova")
 
 
@@ -180,6 +180,17 @@ def resolve(cache: Path) -> Resolved:
 # ---------------------------------------------------------------------------- hashing
 
 
+def snapshot(repo: Path, dest: Path) -> None:
+    """Copies the hashed inputs (HASHED_DIRS, HASHED_FILES) to dest."""
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for d in HASHED_DIRS:
+        if (repo / d).exists():
+            shutil.copytree(repo / d, dest / d, symlinks=True, ignore=ignore)
+    for f in HASHED_FILES:
+        if (repo / f).exists():
+            shutil.copy2(repo / f, dest / f)
+
+
 def tree_files(repo: Path) -> list[Path]:
     files: list[Path] = []
     for d in HASHED_DIRS:
@@ -283,6 +294,7 @@ class Build:
     cache: Path
     work: Path
     resolved: Resolved
+    src: Path  # a snapshot of the hashed inputs: the tree may change while we build
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -317,7 +329,7 @@ class Build:
         ])
 
     def rootfs(self) -> None:
-        overlay = REPO / "images" / "overlay"
+        overlay = self.src / "images" / "overlay"
         # The overlay (initramfs config, units) lands before the kernel so its postinst
         # already builds the small initrd.
         self.mmdebstrap(self.root, ROOTFS_PACKAGES,
@@ -361,18 +373,16 @@ class Build:
     def wheels(self) -> Path:
         wh = self.work / "wheelhouse"
         wh.mkdir(exist_ok=True)
-        src = self.work / "src"
-        # Build from a clean copy: pip must not write build/ or egg-info into the checkout.
-        shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
-            ".git", "__pycache__", "*.egg-info", "build", ".mypy_cache", ".ruff_cache",
-            ".pytest_cache", "tests", "docs", "bench"))
+        src = self.work / "wheel-src"
+        # Build from a copy: pip must not write build/ or egg-info into the snapshot.
+        shutil.copytree(self.src, src, ignore=shutil.ignore_patterns("ansible", "images"))
         pip = Path(sys.executable).parent / "pip"
-        sh([pip, "wheel", "-q", "--wheel-dir", wh, src])
+        sh([pip, "wheel", "-q", "--wheel-dir", wh, src], stderr=subprocess.DEVNULL)
         shutil.rmtree(src)
         return wh
 
     def ansible(self, wheelhouse: Path, zfs_dir: Path) -> dict[str, int]:
-        playbook = REPO / "ansible" / "playbooks" / "image.yml"
+        playbook = self.src / "ansible" / "playbooks" / "image.yml"
         if not playbook.exists():
             log("ansible/playbooks/image.yml does not exist yet: the image has no ZDS services")
             return {}
@@ -387,8 +397,8 @@ class Build:
             "-e", f"zfs__kernel_version={self.resolved.kernel_abi}",
         ]
         env = {**os.environ, "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_NOCOLOR": "1",
-               "ANSIBLE_CONFIG": str(REPO / "ansible" / "ansible.cfg"),
-               "ANSIBLE_ROLES_PATH": str(REPO / "ansible" / "roles")}
+               "ANSIBLE_CONFIG": str(self.src / "ansible" / "ansible.cfg"),
+               "ANSIBLE_ROLES_PATH": str(self.src / "ansible" / "roles")}
         changed: dict[str, int] = {}
         with contextlib.ExitStack() as stack:
             stack.enter_context(chroot_mounts(self.root))
@@ -515,10 +525,15 @@ def _build_locked(cache: Path, force: bool) -> Path:
     t0 = time.monotonic()
     log("resolving package versions")
     resolved = resolve(cache)
-    key = inputs_hash(REPO, resolved)
+    snap = cache / "work" / "snapshot"
+    if snap.exists():
+        shutil.rmtree(snap)
+    snapshot(REPO, snap)
+    key = inputs_hash(snap, resolved)
     out = cache / "builds" / key
     current = cache / "current"
     if not force and (out / "manifest.json").exists():
+        shutil.rmtree(snap)
         log(f"inputs unchanged ({key}): reusing {out}")
         _point(current, out)
         return out
@@ -526,7 +541,8 @@ def _build_locked(cache: Path, force: bool) -> Path:
     if work.exists():
         _cleanup_work(work)
     work.mkdir(parents=True)
-    b = Build(cache, work, resolved)
+    os.replace(snap, work / "src")
+    b = Build(cache, work, resolved, work / "src")
     b.timings["resolve"] = round(time.monotonic() - t0, 1)
     log(f"kernel {resolved.kernel_abi}, zfs {resolved.versions['zfs-dkms']}, inputs {key}")
     try:
@@ -550,7 +566,7 @@ def _build_locked(cache: Path, force: bool) -> Path:
         b.timings["total"] = round(time.monotonic() - t0, 1)
         manifest = {
             "inputs": key, "kernel_abi": resolved.kernel_abi, "versions": resolved.versions,
-            "ansible_changed": changed, "ansible": (REPO / "ansible/playbooks/image.yml").exists(),
+            "ansible_changed": changed, "ansible": bool(changed),
             "root_uuid": root_uuid, "timings_s": b.timings,
             "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": {n: (stage / n).stat().st_size for n in OUTPUTS},

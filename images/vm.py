@@ -205,9 +205,15 @@ class Appliance:
         return self.state_dir / f"zdsdata{i}.raw"
 
     # -- lifecycle
-    def prepare(self, *, fresh_system: bool = False, fresh_data: bool = False) -> None:
-        """Creates the overlay, data disks, OVMF vars and admin token if missing."""
+    def prepare(self, *, fresh_system: bool = False, fresh_data: bool = False) -> bool:
+        """Creates the overlay, data disks, OVMF vars and admin token if missing.
+
+        Returns True when a new system disk meets data disks that were used before (their
+        pool must then be imported through the API).
+        """
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        old_data = not fresh_data and any(self.disk_path(i).exists()
+                                          for i in range(self.data_disks))
         base_rec = self.state_dir / "base-image"
         base = str(self.base_image.resolve())
         if base_rec.exists() and base_rec.read_text() != base:
@@ -219,6 +225,8 @@ class Appliance:
             subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base,
                             str(self.overlay)], check=True)
             base_rec.write_text(base)
+        else:
+            old_data = False
         if not (self.state_dir / "ovmf-vars.fd").exists():
             shutil.copy(OVMF_VARS, self.state_dir / "ovmf-vars.fd")
         for i in range(self.data_disks):
@@ -233,6 +241,7 @@ class Appliance:
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(new_admin_token() + "\n")
+        return old_data
 
     def qemu_argv(self, kvm: bool) -> list[str]:
         s = self.state_dir
@@ -482,7 +491,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 0
     out = build.build()
     app.base_image = out / "zds.raw"
-    app.prepare(fresh_system=args.fresh)
+    reused_data = app.prepare(fresh_system=args.fresh)
     t0 = time.monotonic()
     app.start()
     log(f"waiting for {app.api_url}{HEALTH_PATH} (under TCG this takes a minute or two)")
@@ -504,6 +513,12 @@ ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).
 First call (the pools; `zds --server {app.api_url} --token ...` works too):
   curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools
 Stop it with ./zds-appliance stop (the data disks are kept).""")
+    if reused_data:
+        print(f"""
+Note: this is a new system disk (new image or --fresh) on data disks used before. Their
+pool is not imported automatically; list and import it through the API:
+  curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/importable
+  curl -k -X POST -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/NAME/import""")
     return 0
 
 
