@@ -216,7 +216,7 @@ class Appliance:
                                           for i in range(self.data_disks))
         base_rec = self.state_dir / "base-image"
         base = str(self.base_image.resolve())
-        if base_rec.exists() and base_rec.read_text() != base:
+        if not fresh_system and base_rec.exists() and base_rec.read_text() != base:
             log("the base image changed: starting from a fresh system disk (data disks kept)")
             fresh_system = True
         if fresh_system or not self.overlay.exists():

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from images import build
-from images.vm import Appliance, Ports, kvm_works
+from images.vm import Appliance, Ports, VmError, kvm_works
 
 BOOT_TIMEOUT = float(os.environ.get("ZDS_E2E_BOOT_TIMEOUT", "900"))
 
@@ -107,7 +107,11 @@ def appliance() -> Iterator[E2EAppliance]:
     vm.start(kvm=kvm)
     app = E2EAppliance(vm=vm, image_dir=image_dir)
     try:
-        vm.wait_control(BOOT_TIMEOUT)
+        try:
+            vm.wait_control(BOOT_TIMEOUT)
+        except VmError as e:
+            tail = vm.serial_log.read_bytes().decode(errors="replace").splitlines()[-40:]
+            pytest.fail(f"the appliance did not boot: {e}\n" + "\n".join(tail))
         t_control = time.monotonic() - t1
         app.api_healthy = _wait_api(vm, BOOT_TIMEOUT - t_control)
         app.timings = {"build_or_reuse_s": round(t_build, 1),
