@@ -85,9 +85,11 @@ def main(argv: list[str] | None = None) -> int:
         ok = abs(ratio - 1.0) <= LIMIT
         failed |= not ok
         rows.append((name, p, q, ratio, ok, plain, probe))
-    print(f"{'profile':<18} {'plain IOPS':>12} {'probe IOPS':>12} {'probe/plain':>12}  within 3%")
+    print(f"{'profile':<18} {'plain IOPS':>12} {'probe IOPS':>12} {'of medians':>11} "
+          f"{'pairwise':>9}  within 3%")
     for name, p, q, ratio, ok, _pl, _pr in rows:
-        print(f"{name:<18} {p:>12,.0f} {q:>12,.0f} {ratio:>12.3f}  {'yes' if ok else 'NO'}")
+        print(f"{name:<18} {p:>12,.0f} {q:>12,.0f} {q / p if p else 0:>11.3f} {ratio:>9.3f}"
+              f"  {'yes' if ok else 'NO'}")
     print("# raw:", json.dumps({n: {"plain": [round(x) for x in pl],
                                     "probe": [round(x) for x in pr]}
                                 for n, _p, _q, _r, _ok, pl, pr in rows}))
