@@ -496,11 +496,17 @@ class Build:
 
     def convert(self, out: Path) -> None:
         raw = out / "zds.raw"
-        sh(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-c", "-o",
-            "compression_type=zstd", raw, out / "zds.qcow2"])
         vmdk = self.work / "zds-disk1.vmdk"
-        sh(["qemu-img", "convert", "-f", "raw", "-O", "vmdk", "-o",
-            "subformat=streamOptimized,adapter_type=lsilogic", raw, vmdk])
+        # Both conversions are single-threaded compression: run them side by side.
+        jobs = [
+            subprocess.Popen(["qemu-img", "convert", "-f", "raw", "-O", "qcow2", "-c", "-o",
+                              "compression_type=zstd", str(raw), str(out / "zds.qcow2")]),
+            subprocess.Popen(["qemu-img", "convert", "-f", "raw", "-O", "vmdk", "-o",
+                              "subformat=streamOptimized,adapter_type=lsilogic", str(raw),
+                              str(vmdk)]),
+        ]
+        if any(rc != 0 for rc in [j.wait() for j in jobs]):
+            raise SystemExit("build: qemu-img convert failed")
         ovf.write_ova(out / "zds.ova", vmdk, capacity_bytes=raw.stat().st_size,
                       version=self.resolved.versions.get("zds", "0.1.0"))
         vmdk.unlink()
