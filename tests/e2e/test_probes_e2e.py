@@ -109,6 +109,40 @@ def test_file_set_profile_over_nfs(api: httpx.Client, appliance: E2EAppliance) -
     no_probe_leftovers(appliance)
 
 
+TINY: dict[str, dict[str, Any]] = {
+    "size-sweep": {"sizes": "100k,1m", "transfers": 2},
+    "rtt": {"samples": 20},
+    "net-throughput": {"seconds": 1, "streams": "1"},
+    **{p: {"runtime": 1, "ramp": 0, "files": 20, "threads": 2}
+       for p in ("fileserver", "webserver", "varmail", "rfa")},
+    **{p: {"runtime": 1, "ramp": 0, "size": "8m"}
+       for p in ("randread-4k-qd32", "randrw-4k-qd32", "bst", "hybrid-64k", "small-hybrid-4k",
+                 "read-only", "write-only", "streaming-read", "streaming-write",
+                 "block-size-sweep")},
+    **{p: {"runtime": 1, "ramp": 0, "size": "8m", "workers": "1,2"}
+       for p in ("vm-mixed-4k", "vm-mixed-8k")},
+}
+
+
+def test_every_profile_runs_by_name(api: httpx.Client, appliance: E2EAppliance) -> None:
+    """Each catalogue profile once, tiny, through NFS (net-throughput: local iperf3)."""
+    names = [p["name"] for p in ok(api.get("/probes/profiles"))]
+    assert sorted(names) == sorted(TINY)
+    failed = {}
+    for name in names:
+        target = "local" if name == "net-throughput" else "nfs"
+        job = ok(api.post("/probes", params={"wait": 600}, json={
+            "profile": name, "datastore": NFS_DS, "target": target,
+            "overrides": TINY[name]}), 202)
+        while job["state"] in ("queued", "running"):
+            job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 600}))
+        r = ok(api.get(f"/probes/results/{job['result_id']}"))
+        if r["status"] != "ok" or not r["summary"]:
+            failed[name] = r["error"] or "empty summary"
+    assert failed == {}
+    no_probe_leftovers(appliance)
+
+
 def test_compare_and_plot(api: httpx.Client) -> None:
     a, b = results[f"{NFS_DS}/local"], results[f"{NFS_DS}/nfs"]
     c = ok(api.get("/probes/compare", params={"a": a, "b": b}))
