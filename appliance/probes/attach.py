@@ -59,6 +59,9 @@ class Attacher(Protocol):
 
     def detach(self, target: ProbeTarget) -> None: ...
 
+    def clean_leftovers(self, running: set[str]) -> list[str]:
+        """Removes exports/targets of probes that are not running (left by a crash)."""
+
 
 class NfsSelfAttach:
     def __init__(self, ganesha: GaneshaHost, client: NfsMounter,
@@ -97,6 +100,18 @@ class NfsSelfAttach:
                 self.ganesha.remove_export(export_id)
             raise
         return target
+
+    def clean_leftovers(self, running: set[str]) -> list[str]:
+        gone = []
+        live = {e.export_id: e for e in self.ganesha.list_exports()}
+        for export_id in PROBE_EXPORT_IDS:
+            e = live.get(export_id)
+            if e is None or any(e.path.endswith(f"-{pid}") for pid in running):
+                continue
+            with contextlib.suppress(ZdsError):
+                self.ganesha.remove_export(export_id)
+                gone.append(f"export {export_id} ({e.path})")
+        return gone
 
     def detach(self, target: ProbeTarget) -> None:
         errors = []
@@ -143,6 +158,19 @@ class IscsiSelfAttach:
         return ProbeTarget("iscsi", ds.name, path=device, is_device=True, host=self.host,
                            details={"iqn": iqn, "portal": f"{self.host}:{self.portal[1]}",
                                     "scratch": scratch.name})
+
+    def clean_leftovers(self, running: set[str]) -> list[str]:
+        gone = []
+        for t in self.lio.list_targets():
+            iqn = t.spec.iqn
+            if not iqn.startswith(self.iqn_base + ":") or iqn.split(":", 1)[1] in running:
+                continue
+            with contextlib.suppress(ZdsError):
+                self.initiator.logout(iqn, self.host, self.portal[1])
+            with contextlib.suppress(ZdsError):
+                self.lio.remove_target(iqn)
+                gone.append(f"target {iqn}")
+        return gone
 
     def detach(self, target: ProbeTarget) -> None:
         iqn = str(target.details["iqn"])

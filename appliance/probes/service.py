@@ -198,10 +198,18 @@ class ProbeService:
             raise
 
     def _clean_leftovers(self, pool: str) -> None:
-        """Once per pool per process: scratch of probes a crash left behind."""
-        if self.scratch is None or pool in self._cleaned:
+        """Once per pool per process: exports, targets and scratch of probes a crash left
+        behind (exports/targets first: they hold the scratch busy)."""
+        if pool in self._cleaned:
             return
         self._cleaned.add(pool)
+        running_ids = set(self.registry.running().values())
+        for attacher in self.attachers.values():
+            with contextlib.suppress(ZdsError):
+                for what in attacher.clean_leftovers(running_ids):
+                    log.warning("removed probe %s left by an earlier run", what)
+        if self.scratch is None:
+            return
         running = {f"{pool}/zds-probes/{ds}-{pid}" for ds, pid in self.registry.running().items()}
         with contextlib.suppress(ZdsError):
             for name in self.scratch.clean_leftovers(pool, keep=running):

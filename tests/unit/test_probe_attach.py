@@ -124,3 +124,30 @@ def test_initiator_name_is_generated_before_iscsids_first_start(tmp_path: Path) 
     assert "InitiatorName=iqn.1993-08.org.debian:01:9f3c2d1e0b7a" in f.read_text()
     assert ini.initiator_name() == "iqn.1993-08.org.debian:01:9f3c2d1e0b7a"
     assert runner.calls == [("iscsi-iname", "-p", "iqn.1993-08.org.debian:01")]
+
+
+def test_leftover_probe_exports_and_targets_are_removed() -> None:
+    from appliance.host.ganesha import ClientRule, ExportSpec
+    from appliance.host.lio import AclSpec, LunSpec, TargetSpec
+    from appliance.probes.attach import IscsiSelfAttach
+
+    ganesha = FakeGanesha()
+    for eid, path in ((65500, "/tank/zds-probes/ds1-dead"), (65501, "/tank/zds-probes/ds2-live"),
+                      (150, "/tank/datastores/ds1")):
+        ganesha.add_export(ExportSpec(eid, path, path, (3,),
+                                      (ClientRule(("127.0.0.1",), "RW"),)))
+    nfs = NfsSelfAttach(ganesha, FailingMounter())
+    assert nfs.clean_leftovers({"live"}) == ["export 65500 (/tank/zds-probes/ds1-dead)"]
+    assert sorted(e.export_id for e in ganesha.list_exports()) == [150, 65501]
+
+    lio = FakeLio(device_exists=lambda p: True)
+    ini = "iqn.1993-08.org.debian:01:abc"
+    for iqn, bs in (("iqn.2026-11.io.zds.probe:dead", "probe-dead"),
+                    ("iqn.2026-11.io.zds:zds-test.lun1", "zds-lun1")):
+        lio.apply_target(TargetSpec(iqn, (LunSpec(bs, f"/dev/zvol/tank/{bs}", "s" + bs[-4:]),),
+                                    (AclSpec(ini),)))
+    runner = RecordingRunner()
+    att = IscsiSelfAttach(lio, IscsiInitiator(runner, "/nonexistent"), "iqn.2026-11.io.zds")
+    assert att.clean_leftovers(set()) == ["target iqn.2026-11.io.zds.probe:dead"]
+    assert [t.spec.iqn for t in lio.list_targets()] == ["iqn.2026-11.io.zds:zds-test.lun1"]
+    assert runner.calls[0][-1] == "--logout"
