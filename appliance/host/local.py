@@ -101,9 +101,11 @@ class RealLocalHost:
                 res = self.runner.run(argv, check=False, timeout=10)
             except ZdsError:
                 continue
-            text = (res.stdout or res.stderr).strip().splitlines()
+            # targetcli prints warnings (no preferences file...) before its version
+            text = [line.strip() for line in (res.stdout + "\n" + res.stderr).splitlines()
+                    if line.strip() and "warning" not in line.lower()]
             if res.ok and text:
-                out[key] = " ".join(line.strip() for line in text[:2])
+                out[key] = " ".join(text[:2])
         return out
 
     def ensure_tls_certificate(self, cert: Path, key: Path, hostname: str) -> bool:

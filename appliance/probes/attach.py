@@ -24,8 +24,8 @@ from appliance.host.lio import AclSpec, LioHost, LunSpec, TargetSpec
 from appliance.probes.execute import ProbeTarget
 from appliance.probes.safety import Scratch
 
-# Export ids of probe scratch exports; appliance/reconcile.py must not remove these.
-PROBE_EXPORT_IDS = range(65500, 65510)
+# Export ids of probe scratch exports: defined with the reconciler, which leaves them alone
+from appliance.reconcile import PROBE_EXPORT_IDS as PROBE_EXPORT_IDS
 
 
 @dataclass(frozen=True)
