@@ -71,3 +71,22 @@ def test_image_artefacts(appliance: E2EAppliance) -> None:
     assert ova.disks["system"] == (d / "zds.raw").stat().st_size
     manifest = json.loads((d / "manifest.json").read_text())
     assert manifest["ansible"] is True
+
+
+def test_root_fs_checked_at_boot_and_mounted_rw(appliance: E2EAppliance) -> None:
+    # The initrd carries fsck.ext4 (FSTYPE=ext4 in images/overlay/.../conf.d/zds.conf).
+    log = appliance.serial_log.read_bytes().decode(errors="replace")
+    assert "fsck not present" not in log
+    out = appliance.check("findmnt -n -o FSTYPE,OPTIONS /")
+    assert out.split()[0] == "ext4" and "rw" in out.split()[1].split(","), out
+
+
+def test_initrd_is_trimmed_but_has_the_root_disk_drivers(appliance: E2EAppliance) -> None:
+    listing = appliance.check("lsinitramfs /boot/initrd.img-$(uname -r)")
+    for module in ("virtio_blk.ko", "virtio_scsi.ko", "nvme.ko", "ahci.ko", "vmw_pvscsi.ko",
+                   "sd_mod.ko", "ext4.ko"):
+        assert f"/{module}" in listing, f"{module} missing from the initrd"
+    assert "sbin/fsck.ext4" in listing
+    assert "/zfs.ko" not in listing  # the root is ext4; ZFS loads from the real root
+    size = int(appliance.check("stat -c %s /boot/initrd.img-$(uname -r)"))
+    assert size < 16 * 1024 * 1024, size  # MODULES=most would be ~36 MB
