@@ -58,6 +58,8 @@ BACKPORTS_PIN = [
 HASHED_DIRS = ["ansible", "images", "appliance", "api"]
 HASHED_FILES = ["pyproject.toml", "README.md"]
 OUTPUTS = ("zds.raw", "zds.qcow2", "zds.ova")
+# In images/ but not read by the build (the QEMU harness): changing them needs no rebuild.
+NOT_BUILD_INPUTS = {"images/vm.py", "images/paths.py"}
 
 
 def log(msg: str) -> None:
@@ -198,7 +200,8 @@ def tree_files(repo: Path) -> list[Path]:
         if not base.exists():
             continue
         for p in sorted(base.rglob("*")):
-            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc":
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc" \
+                    and p.relative_to(repo).as_posix() not in NOT_BUILD_INPUTS:
                 files.append(p)
     files += [repo / f for f in HASHED_FILES if (repo / f).exists()]
     return files

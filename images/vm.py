@@ -165,6 +165,10 @@ class Appliance:
     test_control: bool = False
     memory_mib: int = 4096
     cpus: int = 2
+    base_format: str = "raw"  # "vmdk" to boot the disk from the OVA
+    # "esxi": VMXNET3 NIC and data disks on PVSCSI like the OVA; the system disk goes on
+    # SATA because this host's OVMF has no PVSCSI boot driver (ESXi's EFI firmware has one).
+    hardware: str = "virtio"
     _ctl: socket.socket | None = field(default=None, repr=False)
     _ctl_buf: bytes = field(default=b"", repr=False)
     _ctl_id: int = field(default=0, repr=False)
@@ -222,8 +226,8 @@ class Appliance:
         if fresh_system or not self.overlay.exists():
             self.overlay.unlink(missing_ok=True)
             (self.state_dir / "ovmf-vars.fd").unlink(missing_ok=True)
-            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", "raw", "-b", base,
-                            str(self.overlay)], check=True)
+            subprocess.run(["qemu-img", "create", "-q", "-f", "qcow2", "-F", self.base_format,
+                            "-b", base, str(self.overlay)], check=True)
             base_rec.write_text(base)
         else:
             old_data = False
@@ -255,15 +259,21 @@ class Appliance:
             "-drive", f"if=pflash,format=raw,unit=1,file={s / 'ovmf-vars.fd'}",
             "-drive", f"if=none,id=sys,file={self.overlay},format=qcow2,cache=unsafe,"
                       "discard=unmap",
-            "-device", "virtio-blk-pci,drive=sys,bootindex=0",
         ]
+        if self.hardware == "esxi":
+            argv += ["-device", "ide-hd,bus=ide.0,drive=sys,bootindex=0",
+                     "-device", "pvscsi,id=pvscsi0"]
+        else:
+            argv += ["-device", "virtio-blk-pci,drive=sys,bootindex=0"]
         for i in range(self.data_disks):
             argv += ["-drive", f"if=none,id=data{i},file={self.disk_path(i)},format=raw,"
                                f"cache={cache},discard=unmap",
-                     "-device", f"virtio-blk-pci,drive=data{i},serial=zdsdata{i}"]
+                     "-device", (f"scsi-hd,bus=pvscsi0.0,drive=data{i},serial=zdsdata{i}"
+                                 if self.hardware == "esxi" else
+                                 f"virtio-blk-pci,drive=data{i},serial=zdsdata{i}")]
         argv += [
             "-netdev", f"user,id=n0,restrict=on,{self.ports.hostfwd()}",
-            "-device", "virtio-net-pci,netdev=n0",
+            "-device", ("vmxnet3" if self.hardware == "esxi" else "virtio-net-pci") + ",netdev=n0",
             "-fw_cfg", f"name=opt/zds/admin-token,file={self.token_file}",
             "-display", "none",
             "-chardev", f"file,id=ser0,path={self.serial_log}", "-serial", "chardev:ser0",
