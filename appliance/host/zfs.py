@@ -571,6 +571,8 @@ class Zfs:
     # A positive available() answer is reused this long: the engine asks before most
     # operations and each ``zpool`` start costs tens of ms (hundreds under emulation).
     AVAILABLE_TTL = 5.0
+    # How long ``destroy`` retries a dataset that is "busy" before reporting Conflict.
+    BUSY_GRACE = 8.0
 
     def __init__(self, runner: Runner, *, import_dirs: Sequence[str] = (),
                  poll_interval: float = 0.1, dev_zfs: str = "/dev/zfs") -> None:
@@ -750,7 +752,24 @@ class Zfs:
         argv = ["zfs", "destroy"]
         if recursive and "@" not in name:
             argv.append("-r")
-        self._run([*argv, _arg_name(name)], timeout=600)
+        argv.append(_arg_name(name))
+        deadline: float | None = None
+        while True:
+            try:
+                self._run(argv, timeout=600)
+                return
+            except Conflict as exc:
+                # A zvol made moments ago is briefly "busy" while udev/blkid probe its
+                # /dev/zdN (seen under emulation); a zvol held by LIO stays busy.
+                if "dataset is busy" not in str(exc):
+                    raise
+                if deadline is None:
+                    deadline = time.monotonic() + self.BUSY_GRACE
+                    self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
+                                    timeout=15)
+                elif time.monotonic() >= deadline:
+                    raise
+                time.sleep(self.poll_interval)
 
     def snapshot(self, dataset: str, snapname: str,
                  properties: Mapping[str, str] | None = None) -> None:

@@ -310,3 +310,39 @@ def test_create_pool_user_properties_read_back_once() -> None:
                     {"zds:demo": "true"}, {})
     assert [c[:2] for c in runner.calls] == [("zpool", "create"), ("zpool", "set"),
                                              ("zpool", "get")]
+
+
+def test_destroy_retries_a_briefly_busy_zvol_after_udev_settles() -> None:
+    zfs, runner = make()
+    zfs.poll_interval = 0.0
+    answers = iter([CommandResult(("zfs",), 1, "", "cannot destroy 'tank/v': dataset is busy"),
+                    CommandResult(("zfs",), 0, "", "")])
+
+    def responder(argv: tuple[str, ...], _input: str | None) -> CommandResult | None:
+        return next(answers) if argv[:2] == ("zfs", "destroy") else None
+
+    runner.responders.insert(0, responder)
+    zfs.destroy("tank/v")
+    assert runner.calls == [("zfs", "destroy", "tank/v"),
+                            ("udevadm", "settle", "--timeout=10"),
+                            ("zfs", "destroy", "tank/v")]
+
+
+def test_destroy_of_a_zvol_that_stays_busy_is_a_conflict() -> None:
+    zfs, runner = make()
+    zfs.poll_interval = 0.0
+    zfs.BUSY_GRACE = 0.05
+    runner.on(["zfs", "destroy"], returncode=1,
+              stderr="cannot destroy 'tank/v': dataset is busy")
+    with pytest.raises(Conflict, match="busy"):
+        zfs.destroy("tank/v")
+    assert runner.calls.count(("udevadm", "settle", "--timeout=10")) == 1
+
+
+def test_destroy_other_conflicts_are_not_retried() -> None:
+    zfs, runner = make()
+    runner.on(["zfs", "destroy"], returncode=1,
+              stderr="cannot destroy 'tank/fs': filesystem has children")
+    with pytest.raises(Conflict):
+        zfs.destroy("tank/fs")
+    assert runner.calls == [("zfs", "destroy", "tank/fs")]
