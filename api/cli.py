@@ -248,7 +248,7 @@ def cmd_pool(args: argparse.Namespace) -> int:
         _out(args, job, _job_line)
     elif args.pool_cmd in ("scrub", "export", "import"):
         params: dict[str, Any] = {"wait": args.wait}
-        if args.pool_cmd == "export":
+        if args.pool_cmd in ("export", "import"):
             params["force"] = args.force
         _out(args, c.call("POST", f"/pools/{args.name}/{args.pool_cmd}", params=params),
              _job_line)

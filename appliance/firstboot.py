@@ -2,7 +2,8 @@
 
 The admin token comes from QEMU fw_cfg ``opt/zds/admin-token`` when the host passed one,
 else from the token file, else it is made now; it is written to a root-only file and
-printed (the unit sends stdout to the console). The default pool is made only when no
+printed (the unit sends stdout to the console). Pools found on the disks but not imported
+(a new system disk) are imported, without force. The default pool is made only when no
 pool is imported or importable: on the configured disks, else on sparse files (a demo
 pool, labelled as such).
 """
@@ -10,6 +11,7 @@ pool, labelled as such).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -49,9 +51,11 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
         pools = [p.name for p in engine.zfs.list_pools()]
         if pools:
             pool = pools[0]
-        elif engine.zfs.importable_pools():
-            msgs.append("pools can be imported (GET /api/v1/pools/importable); "
-                        "no default pool created")
+        elif importable := engine.zfs.importable_pools():
+            # a data disk that already holds a pool (a new system disk, a moved appliance):
+            # serve it rather than make a new one; a pool another system did not export
+            # is left for the admin to import with force
+            pool = _import_existing(engine, importable, pool_timeout, msgs)
         else:
             pool, demo = s.firstboot_pool, False
             disks = local.glob_devices(s.firstboot_disks)
@@ -78,8 +82,34 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
                     msgs.append(f"created {what} {pool!r}" +
                                 ("" if demo else " vdev(s)"))
                 else:
-                    msgs.append(f"default pool not created: {job.error}")
+                    msgs.append(f"default pool not created: {_error_text(job.error)}")
                     pool = None
     else:
         msgs.append("ZFS is not available: no default pool")
     return FirstbootResult(cert, token, source, pool, created, demo, msgs)
+
+
+def _import_existing(engine: Engine, names: list[str], timeout: float,
+                     msgs: list[str]) -> str | None:
+    """Imports every pool in ``names`` (no force); the first one imported, or None."""
+    first: str | None = None
+    for name in names:
+        try:
+            job = engine.jobs.wait(engine.pools.import_(name).id, timeout)
+        except ZdsError as exc:
+            msgs.append(f"pool {name!r} not imported: {exc.message}")
+            continue
+        if job.state == "succeeded":
+            msgs.append(f"imported pool {name!r}")
+            first = first or name
+        else:
+            msgs.append(f"pool {name!r} not imported: {_error_text(job.error)} "
+                        f"(POST /api/v1/pools/{name}/import?force=true)")
+    if first is None:
+        msgs.append("no default pool created: the disks hold a pool")
+    return first
+
+
+def _error_text(error: dict[str, Any] | None) -> str:
+    """The message of a failed job's error (``{"code": ..., "message": ...}``)."""
+    return str((error or {}).get("message", "unknown error"))

@@ -46,7 +46,12 @@ def export(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
 
 
 @router.post("/{name}/import", status_code=202, response_model=schemas.JobOut)
-def import_pool(name: str, engine: EngineDep, _: PrincipalDep,
-                wait: WaitQuery = 0) -> schemas.JobOut:
-    """Imports the pool, adopts the datastores its zds:* properties describe, serves them."""
-    return job_response(engine, engine.pools.import_(name), wait)
+def import_pool(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+                force: bool = False) -> schemas.JobOut:
+    """Imports the pool, adopts the datastores its zds:* properties describe, serves them.
+
+    A pool another system used last and did not export (an old system disk, another
+    appliance) fails unless force=true: force it only when that system is off, as a pool
+    imported by two systems at once is corrupted.
+    """
+    return job_response(engine, engine.pools.import_(name, force=force), wait)

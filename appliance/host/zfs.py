@@ -161,7 +161,7 @@ class ZfsHost(Protocol):
 
     def export_pool(self, pool: str) -> None: ...
 
-    def import_pool(self, pool: str) -> None: ...
+    def import_pool(self, pool: str, force: bool = False) -> None: ...
 
     def importable_pools(self) -> list[str]: ...
 
@@ -268,6 +268,9 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   use '-f' to override the following errors:
 #   /dev/sdb is part of active pool 'tank'
 #   cannot destroy 'tank/v': dataset is busy
+#   cannot import 'tank': pool was previously in use from another system.
+#   Last accessed by zds (hostid=9a1b2c3d) at Sun Nov 22 04:10:28 2026
+#   The pool can be imported, use 'zpool import -f' to import the pool.
 #   cannot destroy 'tank/fs': filesystem has children
 #   use '-r' to destroy the following datasets:
 #   cannot destroy 'tank/fs@s': snapshot has dependent clones
@@ -288,7 +291,8 @@ _CONFLICT = ("already exists", "is part of", "is in use", "contains a filesystem
              "clones of previous snapshots", "less than current used or reserved",
              "device or resource busy", "currently scrubbing", "pool or dataset exists",
              "reserved as a hot spare", "in use as a cache", "currently resilvering",
-             "is read-only", "has active shared spare")
+             "is read-only", "has active shared spare", "in use from another system",
+             "accessed by another system")
 _NOT_FOUND = ("does not exist", "no such pool", "no such device", "no such file",
               "cannot resolve path", "could not find any snapshots", "not found",
               "no pools available", "currently unavailable")
@@ -677,15 +681,21 @@ class Zfs:
                     args += ["-d", d]
         return args
 
-    def import_pool(self, pool: str) -> None:
-        """Imports from the disks (default search) or else from ``import_dirs``."""
+    def import_pool(self, pool: str, force: bool = False) -> None:
+        """Imports from the disks (default search) or else from ``import_dirs``.
+
+        A pool another system (another hostid) used last and did not export is
+        ``Conflict`` unless ``force`` (``zpool import -f``): forcing a pool that the other
+        system still has imported corrupts it.
+        """
+        flags = ["-f"] if force else []
         try:
-            self._run(["zpool", "import", _arg_name(pool)], timeout=300)
+            self._run(["zpool", "import", *flags, _arg_name(pool)], timeout=300)
         except NotFound:
             dirs = self._dir_args()
             if not dirs:
                 raise
-            self._run(["zpool", "import", *dirs, _arg_name(pool)], timeout=300)
+            self._run(["zpool", "import", *flags, *dirs, _arg_name(pool)], timeout=300)
 
     def _scan(self, dirs: list[str]) -> list[str]:
         result = self.runner.run(["zpool", "import", *dirs], check=False, timeout=120)

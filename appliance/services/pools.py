@@ -221,7 +221,7 @@ class PoolService:
 
         return self.engine.jobs.submit("pool.export", name, run, message=f"exporting {name}")
 
-    def import_(self, name: str) -> Job:
+    def import_(self, name: str, force: bool = False) -> Job:
         validate.pool_name(name)
         self._zfs_up()
         if name in self.imported():
@@ -231,7 +231,16 @@ class PoolService:
 
         def run(ctx: JobContext) -> dict[str, Any]:
             with self.engine.lock:
-                self.engine.zfs.import_pool(name)
+                try:
+                    self.engine.zfs.import_pool(name, force=force)
+                except Conflict as exc:
+                    if "another system" not in exc.message:
+                        raise
+                    raise Conflict(
+                        f"pool {name} was last used by another system and not exported; "
+                        "import it with force=true only if that system no longer uses it "
+                        "(two systems importing one pool corrupt it)",
+                        detail={"zpool": exc.message}) from exc
                 adopted = self.engine.adopt()
                 self.engine.reconcile()
             return {"pool": name, "imported": True, "adopted": adopted}

@@ -313,6 +313,45 @@ def test_firstboot_demo_pool_and_token(tmp_path: Path) -> None:
     engine.close()
 
 
+def test_firstboot_imports_the_pool_a_new_system_disk_finds(tmp_path: Path) -> None:
+    from appliance.firstboot import run_firstboot
+
+    rig = make_rig(tmp_path)
+    rig.engine.start()
+    rig.engine.datastores.put("kept", _req())
+    rig.zfs.export_pool("tank")
+    rig.engine.store.delete_datastore("kept")  # a new system disk: no records
+    result = run_firstboot(rig.engine)
+    assert result.pool == "tank" and not result.pool_created
+    assert "imported pool 'tank'" in result.messages
+    assert rig.engine.store.get_datastore("kept") is not None
+    assert [e.path for e in rig.ganesha.list_exports()] == ["/tank/datastores/kept"]
+    rig.engine.close()
+
+
+def test_a_pool_another_system_did_not_export_needs_force(tmp_path: Path) -> None:
+    from appliance.firstboot import run_firstboot
+
+    rig = make_rig(tmp_path)
+    rig.engine.start()
+    rig.engine.datastores.put("kept", _req())
+    rig.zfs.export_pool("tank")
+    rig.zfs.foreign.add("tank")
+    result = run_firstboot(rig.engine)
+    assert result.pool is None and not result.pool_created  # nothing made over it
+    assert any("force=true" in m for m in result.messages), result.messages
+    assert "tank" in rig.zfs.importable_pools()
+    job = rig.engine.jobs.wait(rig.engine.pools.import_("tank").id, 10)
+    assert job.state == "failed" and job.error is not None
+    assert "force=true only if" in job.error["message"]
+    assert "tank" in rig.zfs.importable_pools()  # the failed import changed nothing
+    rig.engine.store.delete_datastore("kept")
+    job = rig.engine.jobs.wait(rig.engine.pools.import_("tank", force=True).id, 10)
+    assert job.state == "succeeded" and job.result is not None, job.error
+    assert job.result["adopted"] == ["kept"]
+    rig.engine.close()
+
+
 def test_background_reconcile_repairs_drift(tmp_path: Path) -> None:
     rig = make_rig(tmp_path)
     rig.engine.start()

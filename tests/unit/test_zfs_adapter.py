@@ -346,3 +346,15 @@ def test_destroy_other_conflicts_are_not_retried() -> None:
     with pytest.raises(Conflict):
         zfs.destroy("tank/fs")
     assert runner.calls == [("zfs", "destroy", "tank/fs")]
+
+
+def test_import_of_a_pool_another_system_used_is_conflict_unless_forced() -> None:
+    zfs, runner = make()
+    runner.on(["zpool", "import", "tank"], returncode=1, stderr=(
+        "cannot import 'tank': pool was previously in use from another system.\n"
+        "Last accessed by zds (hostid=9a1b2c3d) at Sun Nov 22 04:10:28 2026\n"
+        "The pool can be imported, use 'zpool import -f' to import the pool."))
+    with pytest.raises(Conflict, match="another system"):
+        zfs.import_pool("tank")
+    zfs.import_pool("tank", force=True)
+    assert runner.calls[-1] == ("zpool", "import", "-f", "tank")

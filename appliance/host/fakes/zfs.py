@@ -177,6 +177,7 @@ class FakeZfs:
         self._txg = 1
         self._holders: list[Callable[[str], bool]] = []
         self.existing_devices: set[str] = set()  # zvol nodes udev "created"
+        self.foreign: set[str] = set()  # exported pools last used by another hostid
 
     # ---- test helpers -------------------------------------------------------------
     @classmethod
@@ -523,13 +524,18 @@ class FakeZfs:
             self.existing_devices.discard(self.zvol_device(ds.name))
         p.imported = False
 
-    def import_pool(self, pool: str) -> None:
+    def import_pool(self, pool: str, force: bool = False) -> None:
         self._up()
         p = self._pools.get(pool)
         if p is None:
             raise NotFound(f"cannot import '{pool}': no such pool available")
         if p.imported:
             raise Conflict(f"cannot import '{pool}': a pool with that name already exists")
+        if pool in self.foreign and not force:
+            raise Conflict(f"cannot import '{pool}': pool was previously in use from another "
+                           "system. The pool can be imported, use 'zpool import -f' to "
+                           "import the pool.")
+        self.foreign.discard(pool)
         p.imported = True
         for ds in p.datasets.values():
             if ds.type == "volume":
