@@ -51,7 +51,8 @@ if [ ! -e "$stamp" ]; then
   "$venv/bin/pip" install -q --upgrade pip
   "$venv/bin/pip" install -q -e "$here[dev]"
   touch "$stamp"
-else
-  # cheap: re-point the editable install at this checkout (CI clones to a new path)
+elif [ "$("$venv/bin/python" -c 'import appliance; print(appliance.__file__)' 2>/dev/null)" \
+       != "$here/appliance/__init__.py" ]; then
+  # the venv is shared: re-point its editable install at this checkout (CI clones anew)
   "$venv/bin/pip" install -q --no-deps -e "$here"
 fi
