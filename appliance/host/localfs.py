@@ -1,12 +1,19 @@
-"""Small file-system actions the probes need: sync, drop caches, scratch directories."""
+"""Small file-system actions the probes need: sync, drop caches, scratch directories, and
+a throw-away ext4 on a probe's scratch block device (file-set profiles on a zvol/LUN)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import time
 from pathlib import Path
 
 from appliance.host.run import Runner
+
+# lazy init and no discard: a fresh sparse zvol is zeroed already, and under emulation
+# initialising inode tables or discarding every block takes longer than the probe
+MKFS_EXT4 = ("mkfs.ext4", "-q", "-F", "-m", "0",
+             "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")
 
 
 class LocalFs:
@@ -34,6 +41,22 @@ class LocalFs:
 
     def remove_tree(self, path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
+
+    def mount_new_filesystem(self, device: str, mountpoint: str) -> str:
+        """Makes an ext4 on ``device`` (whatever it held is lost: callers pass only a
+        probe's own scratch device) and mounts it at ``mountpoint``; returns "ext4"."""
+        self._runner.run([*MKFS_EXT4, device], timeout=600)
+        Path(mountpoint).mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._runner.run(["mount", "-t", "ext4", "-o", "noatime", device, mountpoint],
+                         timeout=120)
+        return "ext4"
+
+    def unmount(self, mountpoint: str) -> None:
+        """Unmounts (lazily if busy) and removes the empty mountpoint."""
+        if not self._runner.run(["umount", mountpoint], check=False, timeout=120).ok:
+            self._runner.run(["umount", "-l", mountpoint], check=False, timeout=60)
+        with contextlib.suppress(OSError):
+            Path(mountpoint).rmdir()
 
 
 def fs_usage(path: str) -> tuple[int, int]:

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable, ZdsError
 from appliance.host.zfs import ZfsHost
@@ -58,6 +58,19 @@ class ProbeRequest:
     overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
+# ext4 on a scratch zvol for file-set profiles: room for its metadata and journal
+FS_OVERHEAD_FIXED = 96 << 20
+FS_OVERHEAD_FRACTION = 16  # 1/16 of the data
+
+
+class DeviceFs(Protocol):
+    """A throw-away file system on a probe's scratch block device (appliance.host.localfs)."""
+
+    def mount_new_filesystem(self, device: str, mountpoint: str) -> str: ...
+
+    def unmount(self, mountpoint: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class Planned:
     request: ProbeRequest
@@ -79,6 +92,8 @@ class ProbeService:
         attachers: Mapping[str, Attacher] | None = None,
         settings_for: Callable[[DatastoreRef], dict[str, Any]] | None = None,
         registry: ProbeRegistry | None = None,
+        devfs: DeviceFs | None = None,
+        mount_root: str = "/run/zds/probes",
     ) -> None:
         self.store = store
         self.executor = executor
@@ -88,6 +103,8 @@ class ProbeService:
         self.attachers = dict(attachers or {})
         self.settings_for = settings_for or (lambda ref: {})
         self.registry = registry or ProbeRegistry()
+        self.devfs = devfs
+        self.mount_root = mount_root.rstrip("/")
         self._cleaned: set[str] = set()
 
     # ----------------------------------------------------------------- catalogue
@@ -111,13 +128,18 @@ class ProbeService:
             if req.target == "iscsi" and not ref.is_volume:
                 raise InvalidInput(f"datastore {ref.name} is {ref.protocol}: use target "
                                    "local or nfs")
-            if ref.is_volume and profile.needs_directory:
+            if ref.is_volume and profile.needs_directory and self.devfs is None:
                 raise InvalidInput(f"profile {profile.name} needs a file system; datastore "
                                    f"{ref.name} is a zvol (run it on an NFS datastore or "
                                    "from a client on a mounted path)")
             if req.target != "local" and req.target not in self.attachers:
                 raise Unavailable(f"target {req.target} is not available on this appliance")
-        need = footprint(profile, params, is_device=ref.is_volume)
+        # a file-set profile on a zvol datastore runs in an ext4 made on the scratch zvol
+        # (local) or on the LUN as the initiator sees it (iscsi), as a guest would
+        with_fs = ref.is_volume and profile.needs_directory
+        need = footprint(profile, params, is_device=ref.is_volume and not with_fs)
+        if with_fs and need:
+            need += need // FS_OVERHEAD_FRACTION + FS_OVERHEAD_FIXED
         busy = self.registry.busy(ref.name)
         if busy:
             raise Conflict(f"probe {busy} is already running on datastore {ref.name}",
@@ -157,6 +179,12 @@ class ProbeService:
                     settings=settings, started_at=started, ended_at=now_iso(),
                     status="cancelled" if cancel.cancelled else "failed", error=exc.message)
             finally:
+                if target is not None and "fs_mount" in target.details and self.devfs:
+                    fs_mount = str(target.details["fs_mount"])
+                    try:
+                        self.devfs.unmount(fs_mount)
+                    except ZdsError as exc:
+                        cleanup_errors.append(f"unmount {fs_mount}: {exc.message}")
                 if attacher is not None and target is not None:
                     try:
                         attacher.detach(target)
@@ -186,16 +214,35 @@ class ProbeService:
         if info is not None:
             settings["scratch"] = {"name": scratch.name, **{
                 k: info.prop(k) for k in RECORDED_PROPS if info.prop(k)}}
+        attacher: Attacher | None = None
+        target: ProbeTarget | None = None
         try:
             kind = planned.request.target
             if kind == "local":
-                return scratch, ProbeTarget("local", ref.name, scratch.path, scratch.is_volume,
-                                            details={"scratch": scratch.name}), None
-            attacher = self.attachers[kind]
-            return scratch, attacher.attach(ref, scratch, probe_id), attacher
+                target = ProbeTarget("local", ref.name, scratch.path, scratch.is_volume,
+                                     details={"scratch": scratch.name})
+            else:
+                attacher = self.attachers[kind]
+                target = attacher.attach(ref, scratch, probe_id)
+            if target.is_device and planned.profile.needs_directory:
+                target = self._with_filesystem(target, probe_id)
+            return scratch, target, attacher
         except BaseException:
+            if attacher is not None and target is not None:
+                with contextlib.suppress(ZdsError):
+                    attacher.detach(target)
             self.scratch.destroy(scratch)
             raise
+
+    def _with_filesystem(self, target: ProbeTarget, probe_id: str) -> ProbeTarget:
+        """The same target seen through a fresh ext4 on its (scratch) block device."""
+        if self.devfs is None:
+            raise Unavailable("no file system can be made on the scratch device here")
+        mountpoint = f"{self.mount_root}/fs-{probe_id}"
+        fstype = self.devfs.mount_new_filesystem(target.path, mountpoint)
+        return ProbeTarget(target.kind, target.datastore, mountpoint, is_device=False,
+                           host=target.host, details={**target.details, "device": target.path,
+                                                      "fs": fstype, "fs_mount": mountpoint})
 
     def _clean_leftovers(self, pool: str) -> None:
         """Once per pool per process: exports, targets and scratch of probes a crash left
@@ -204,6 +251,13 @@ class ProbeService:
             return
         self._cleaned.add(pool)
         running_ids = set(self.registry.running().values())
+        if self.devfs is not None:  # ext4 mounts on scratch zvols/LUNs hold them busy
+            for mnt in sorted(Path(self.mount_root).glob("fs-*")):
+                if mnt.name[3:] not in running_ids:
+                    with contextlib.suppress(ZdsError):
+                        self.devfs.unmount(str(mnt))
+                        log.warning("unmounted probe file system %s left by an earlier run",
+                                    mnt)
         for attacher in self.attachers.values():
             with contextlib.suppress(ZdsError):
                 for what in attacher.clean_leftovers(running_ids):
@@ -274,7 +328,8 @@ class ProbeService:
 # --------------------------------------------------------------------- engine wiring
 
 def for_engine(engine: Engine, executor: ProbeExecutor | None = None,
-               attachers: Mapping[str, Attacher] | None = None) -> ProbeService:
+               attachers: Mapping[str, Attacher] | None = None,
+               devfs: DeviceFs | None = None) -> ProbeService:
     """The service on the lead's Engine (real host adapters unless given)."""
     from appliance import __version__
 
@@ -306,13 +361,13 @@ def for_engine(engine: Engine, executor: ProbeExecutor | None = None,
         return out
 
     if executor is None:
-        executor, attachers = _real_hosts(engine, attachers)
+        executor, attachers, devfs = _real_hosts(engine, attachers)
     return ProbeService(ProbeStore(engine.store.connect), executor, lookup, engine.zfs,
-                        attachers, settings_for)
+                        attachers, settings_for, devfs=devfs)
 
 
 def _real_hosts(engine: Engine, attachers: Mapping[str, Attacher] | None
-                ) -> tuple[ProbeExecutor, Mapping[str, Attacher]]:
+                ) -> tuple[ProbeExecutor, Mapping[str, Attacher], DeviceFs]:
     from appliance.host.fio import Fio
     from appliance.host.iscsi_initiator import IscsiInitiator
     from appliance.host.localfs import LocalFs
@@ -334,7 +389,7 @@ def _real_hosts(engine: Engine, attachers: Mapping[str, Attacher] | None
             "iscsi": IscsiSelfAttach(engine.lio, IscsiInitiator(runner),
                                      engine.settings.iqn_prefix, engine.settings.iscsi_portal),
         }
-    return executor, attachers
+    return executor, attachers, LocalFs(runner)
 
 
 def service_of(engine: Engine) -> ProbeService:

@@ -124,21 +124,31 @@ TINY: dict[str, dict[str, Any]] = {
 }
 
 
-def test_every_profile_runs_by_name(api: httpx.Client, appliance: E2EAppliance) -> None:
-    """Each catalogue profile once, tiny, through NFS (net-throughput: local iperf3)."""
+NETWORK_PROFILES = ("rtt", "net-throughput")  # measure the link, not a datastore
+
+
+@pytest.mark.parametrize(("datastore", "target"), [(NFS_DS, "nfs"), (ISCSI_DS, "iscsi")])
+def test_every_profile_runs_by_name(api: httpx.Client, appliance: E2EAppliance,
+                                    datastore: str, target: str) -> None:
+    """Each catalogue profile once, tiny, through NFS and through iSCSI (the file-set
+    profiles in an ext4 on the LUN); the network profiles once (net-throughput: local)."""
     names = [p["name"] for p in ok(api.get("/probes/profiles"))]
     assert sorted(names) == sorted(TINY)
+    if target == "iscsi":
+        names = [n for n in names if n not in NETWORK_PROFILES]
     failed = {}
     for name in names:
-        target = "local" if name == "net-throughput" else "nfs"
+        where = "local" if name == "net-throughput" else target
         job = ok(api.post("/probes", params={"wait": 600}, json={
-            "profile": name, "datastore": NFS_DS, "target": target,
+            "profile": name, "datastore": datastore, "target": where,
             "overrides": TINY[name]}), 202)
         while job["state"] in ("queued", "running"):
             job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 600}))
         r = ok(api.get(f"/probes/results/{job['result_id']}"))
         if r["status"] != "ok" or not r["summary"]:
             failed[name] = r["error"] or "empty summary"
+        elif name == "varmail" and target == "iscsi":
+            assert r["target"]["fs"] == "ext4" and r["target"]["iqn"], r["target"]
     assert failed == {}
     no_probe_leftovers(appliance)
 

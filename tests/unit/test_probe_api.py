@@ -34,34 +34,59 @@ class FakeMounter:
 
 
 class FakeInitiator:
-    def __init__(self) -> None:
+    def __init__(self, events: list[str] | None = None) -> None:
         self.logins: list[str] = []
         self.logouts: list[str] = []
+        self.events = events if events is not None else []
 
     def initiator_name(self) -> str:
         return "iqn.1993-08.org.debian:01:zdsself"
 
     def login(self, iqn: str, host: str, port: int, timeout: float = 30.0) -> str:
         self.logins.append(iqn)
+        self.events.append("login")
         return "/dev/sdz"
 
     def logout(self, iqn: str, host: str, port: int) -> None:
         self.logouts.append(iqn)
+        self.events.append("logout")
+
+
+class FakeDevFs:
+    """Records the ext4 made on scratch devices; ``events`` interleaves with the
+    initiator's logins/logouts to check the order of teardown."""
+
+    def __init__(self, events: list[str]) -> None:
+        self.made: list[tuple[str, str]] = []
+        self.unmounted: list[str] = []
+        self.events = events
+
+    def mount_new_filesystem(self, device: str, mountpoint: str) -> str:
+        self.made.append((device, mountpoint))
+        self.events.append(f"mount {device}")
+        return "ext4"
+
+    def unmount(self, mountpoint: str) -> None:
+        self.unmounted.append(mountpoint)
+        self.events.append(f"unmount {mountpoint}")
 
 
 class Probe:
-    def __init__(self, rig: Rig, tmp_path: Path) -> None:
+    def __init__(self, rig: Rig, tmp_path: Path, with_devfs: bool = False) -> None:
         logs = {p.name: p.read_text() for p in (FIX / "fio" / "vm-mixed-4k-logs").iterdir()}
         self.fio = FakeFio(json_text=(FIX / "fio" / "vm-mixed-4k.json").read_text(),
                            logs=logs)
         self.mounter = FakeMounter()
-        self.initiator = FakeInitiator()
+        self.events: list[str] = []
+        self.initiator = FakeInitiator(self.events)
         seen: list[Any] = []
         self.seen_during_run = seen
+        self.devfs = FakeDevFs(self.events) if with_devfs else None
         self.service: ProbeService = for_engine(
             rig.engine, executor=ProbeExecutor(self.fio, str(tmp_path / "work")),
             attachers={"nfs": NfsSelfAttach(rig.ganesha, self.mounter),
-                       "iscsi": IscsiSelfAttach(rig.lio, self.initiator, "iqn.2026-11.io.zds")})
+                       "iscsi": IscsiSelfAttach(rig.lio, self.initiator, "iqn.2026-11.io.zds")},
+            devfs=self.devfs)
         rig.engine.probes = self.service  # type: ignore[attr-defined]
 
 
@@ -171,10 +196,34 @@ def test_bad_requests_are_refused_before_anything_runs(
     assert probe.fio.jobs == [] and client.get("/api/v1/probes/results").json() == []
 
 
-def test_file_set_profiles_refuse_zvol_datastores(client: TestClient, probe: Probe) -> None:
+def test_file_set_profiles_need_a_way_to_make_a_file_system_on_a_zvol(
+        client: TestClient, probe: Probe) -> None:
     _iscsi(client)
     r = client.post("/api/v1/probes", json={"profile": "varmail", "datastore": "lun1"})
     assert r.status_code == 422 and "needs a file system" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("target", ["local", "iscsi"])
+def test_file_set_profile_on_a_zvol_runs_in_an_ext4_made_on_the_scratch_device(
+        client: TestClient, rig: Rig, tmp_path: Path, target: str) -> None:
+    probe = Probe(rig, tmp_path, with_devfs=True)
+    _iscsi(client)
+    job = _run(client, profile="varmail", datastore="lun1", target=target,
+               overrides={"files": 50, "threads": 2, "runtime": 2})
+    rid = job["result_id"]
+    device = "/dev/sdz" if target == "iscsi" else rig.zfs.zvol_device(
+        f"tank/zds-probes/lun1-{rid}")
+    mnt = f"/run/zds/probes/fs-{rid}"
+    assert probe.devfs is not None and probe.devfs.made == [(device, mnt)]
+    assert f"directory={mnt}\n" in probe.fio.jobs[0][0]
+    assert probe.devfs.unmounted == [mnt]
+    if target == "iscsi":  # unmounted before the logout, made after the login
+        assert probe.events == ["login", f"mount {device}", f"unmount {mnt}", "logout"]
+        assert probe.initiator.logouts == probe.initiator.logins
+    res = client.get(f"/api/v1/probes/results/{rid}").json()
+    assert res["target"]["fs"] == "ext4" and res["target"]["device"] == device
+    assert res["target"]["kind"] == target and res["target"]["is_device"] is False
+    assert rig.zfs.get_dataset(f"tank/zds-probes/lun1-{rid}") is None
 
 
 def test_compare_plot_report_and_client_results(client: TestClient, probe: Probe) -> None:
