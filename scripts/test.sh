@@ -16,7 +16,7 @@ suites=(tests/unit tests/integration tests/e2e)
 [ $# -gt 0 ] && suites=("$@")
 echo "== pytest ${suites[*]}"
 set +e
-python -m pytest -q "${suites[@]}"
+python -m pytest -q --durations=25 "${suites[@]}"
 rc=$?
 set -e
 if [ $rc -eq 5 ]; then echo "pytest collected no tests: failing" >&2; exit 1; fi
