@@ -96,6 +96,24 @@ def cmd_token(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_hostid(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from appliance.host.local import RealLocalHost
+    from appliance.host.run import SubprocessRunner
+    from appliance.hostid import ensure_machine_hostid
+
+    result = ensure_machine_hostid(RealLocalHost(SubprocessRunner()))
+    if args.json:
+        print(json.dumps(asdict(result)))
+    elif result.source == "kept":
+        print(f"zds: no machine UUID; hostid {result.hostid or '(none)'} kept")
+    else:
+        print(f"zds: hostid {result.hostid} from the machine UUID"
+              + (" (changed)" if result.changed else ""))
+    return 0
+
+
 def cmd_firstboot(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
@@ -337,6 +355,8 @@ def build_parser() -> argparse.ArgumentParser:
     dm.set_defaults(func=cmd_demo)
     sub.add_parser("firstboot", help="TLS cert, admin token, default pool (idempotent)") \
         .set_defaults(func=cmd_firstboot)
+    sub.add_parser("hostid", help="set the ZFS hostid from the machine UUID (boot unit)") \
+        .set_defaults(func=cmd_hostid)
 
     t = sub.add_parser("token", help="API tokens (local, on the appliance)")
     tsub = t.add_subparsers(dest="token_cmd", required=True)

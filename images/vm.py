@@ -30,6 +30,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -205,6 +206,13 @@ class Appliance:
     def admin_token(self) -> str:
         return self.token_file.read_text().strip()
 
+    def machine_uuid(self) -> str:
+        """This appliance's SMBIOS UUID, made once per state directory."""
+        f = self.state_dir / "machine-uuid"
+        if not f.exists():
+            f.write_text(f"{uuid.uuid4()}\n")
+        return f.read_text().strip()
+
     def disk_path(self, i: int) -> Path:
         return self.state_dir / f"zdsdata{i}.raw"
 
@@ -255,6 +263,9 @@ class Appliance:
         argv = [
             "qemu-system-x86_64", "-name", "zds-appliance", "-machine", "q35", *accel,
             "-smp", str(self.cpus), "-m", str(self.memory_mib),
+            # a machine UUID of its own, kept with the data disks: the appliance derives
+            # its ZFS hostid from it, so a new system disk still owns the pool
+            "-uuid", self.machine_uuid(),
             "-drive", f"if=pflash,format=raw,unit=0,readonly=on,file={OVMF_CODE}",
             "-drive", f"if=pflash,format=raw,unit=1,file={s / 'ovmf-vars.fd'}",
             "-drive", f"if=none,id=sys,file={self.overlay},format=qcow2,cache=unsafe,"
@@ -525,8 +536,9 @@ First call (the pools; `zds --server {app.api_url} --token ...` works too):
 Stop it with ./zds-appliance stop (the data disks are kept).""")
     if reused_data:
         print(f"""
-Note: this is a new system disk (new image or --fresh) on data disks used before. Their
-pool is not imported automatically; list and import it through the API:
+Note: this is a new system disk (new image or --fresh) on data disks used before. It
+imports their pool at boot (same machine UUID, same ZFS hostid); if the pool is not
+listed, see the console and import it through the API:
   curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/importable
   curl -k -X POST -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/NAME/import""")
     return 0

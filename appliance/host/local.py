@@ -34,11 +34,24 @@ class LocalHost(Protocol):
 
     def versions(self) -> dict[str, str]: ...
 
+    def machine_uuid(self) -> str | None:
+        """The firmware's machine UUID (SMBIOS product_uuid: the VM's UUID on a
+        hypervisor), lower case; None when missing or a placeholder (all 0 or all f)."""
+
+    def read_hostid(self) -> str | None:
+        """/etc/hostid as ZFS reads it (8 hex digits), None when absent."""
+
+    def write_hostid(self, hostid: str) -> None:
+        """Sets /etc/hostid (``zgenhostid -f``)."""
+
     def ensure_tls_certificate(self, cert: Path, key: Path, hostname: str) -> bool:
         """Creates a self-signed certificate if none exists; True when it made one."""
 
 
 class RealLocalHost:
+    DMI_UUID = "/sys/class/dmi/id/product_uuid"
+    HOSTID_FILE = "/etc/hostid"
+
     def __init__(self, runner: Runner) -> None:
         self.runner = runner
 
@@ -89,6 +102,26 @@ class RealLocalHost:
     def hostname(self) -> str:
         return socket.gethostname()
 
+    def machine_uuid(self) -> str | None:
+        try:
+            text = Path(self.DMI_UUID).read_text().strip().lower()
+        except OSError:
+            return None
+        digits = set(text.replace("-", ""))
+        return None if not digits or digits <= {"0"} or digits <= {"f"} else text
+
+    def read_hostid(self) -> str | None:
+        # /etc/hostid holds the 32-bit id in native (little-endian) byte order:
+        #   $ od -An -tx1 /etc/hostid  ->  33 1f 62 7f  (hostid 7f621f33)
+        try:
+            raw = Path(self.HOSTID_FILE).read_bytes()
+        except OSError:
+            return None
+        return f"{int.from_bytes(raw[:4], 'little'):08x}" if len(raw) >= 4 else None
+
+    def write_hostid(self, hostid: str) -> None:
+        self.runner.run(["zgenhostid", "-f", "-o", self.HOSTID_FILE, hostid], timeout=30)
+
     def versions(self) -> dict[str, str]:
         out: dict[str, str] = {"kernel": os.uname().release}
         probes = {
@@ -135,6 +168,8 @@ class FakeLocalHost:
     name: str = "zds-test"
     sparse_files: dict[str, int] = field(default_factory=dict)
     certificates: list[str] = field(default_factory=list)
+    uuid: str | None = None
+    hostid: str | None = None
 
     def device_exists(self, path: str) -> bool:
         return path in self.devices or path in self.sparse_files
@@ -158,6 +193,15 @@ class FakeLocalHost:
 
     def hostname(self) -> str:
         return self.name
+
+    def machine_uuid(self) -> str | None:
+        return self.uuid
+
+    def read_hostid(self) -> str | None:
+        return self.hostid
+
+    def write_hostid(self, hostid: str) -> None:
+        self.hostid = hostid
 
     def versions(self) -> dict[str, str]:
         return {"kernel": "test", "zfs": "fake"}

@@ -76,6 +76,15 @@ class E2EAppliance:
     def reboot(self, timeout: float = BOOT_TIMEOUT) -> None:
         self.vm.reboot(timeout=timeout, wait_api=True)
 
+    def swap_system_disk(self, timeout: float = BOOT_TIMEOUT) -> None:
+        """Powers off, replaces the system disk with a fresh copy of the image (what an
+        update does; the data disks and the fw_cfg admin token stay) and boots again."""
+        self.vm.stop(timeout=120)
+        assert self.vm.prepare(fresh_system=True), "the data disks should have been reused"
+        self.vm.start(kvm=bool(self.timings.get("accel_kvm")))
+        self.vm.wait_control(timeout)
+        self.api_healthy = _wait_api(self.vm, timeout)
+
 
 def _wait_api(vm: Appliance, timeout: float) -> bool:
     """Waits for a 200 from the health endpoint; gives up early when zds-api cannot start."""

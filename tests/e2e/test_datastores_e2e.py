@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from appliance.hostid import hostid_for
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
 
@@ -165,6 +166,28 @@ def test_5_reboot_restores_everything(appliance: E2EAppliance, api: httpx.Client
     assert iscsi.inq(state["iqn"], INTRUDER, check=False).returncode != 0  # ACL is back too
     assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
     assert ok(api.get("/system/health"))["status"] == "ok"
+
+
+def test_5b_a_new_system_disk_serves_the_pool_again(
+        appliance: E2EAppliance, api: httpx.Client, nfs: Nfs, iscsi: Iscsi) -> None:
+    """An update (docs/install.md): a fresh system disk on the same machine and data disks
+    has the same ZFS hostid (from the machine UUID), imports the pool without force at
+    boot and adopts its datastores from their zds:* properties."""
+    before = {d["name"]: d for d in ok(api.get("/datastores"))}
+    appliance.swap_system_disk()
+    assert appliance.api_healthy, f"no healthy API after the swap; see {appliance.serial_log}"
+    hostid = appliance.check("od -An -tx4 /etc/hostid").strip()
+    assert hostid == hostid_for(appliance.vm.machine_uuid())
+    after = {d["name"]: d for d in ok(api.get("/datastores"))}
+    assert set(after) == {"nfs01", "lun01"}
+    assert after["nfs01"]["nfs"]["export_id"] == before["nfs01"]["nfs"]["export_id"]
+    assert after["lun01"]["iscsi"]["wwn"] == state["wwn"]
+    assert all(d["serving"] for d in after.values()), after
+    assert sha(nfs.get(state["nfs_path"], "big.bin")) == state["big_sha"]
+    assert sha(iscsi.read(state["iqn"], INITIATOR, 8 * MiB, 4 * MiB) or b"") == \
+        state["block_sha"]
+    assert iscsi.inq(state["iqn"], INTRUDER, check=False).returncode != 0
+    assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
 
 
 def test_6_bad_input_over_the_real_api(api: httpx.Client, iscsi: Iscsi) -> None:

@@ -116,3 +116,14 @@ def test_admin_token_has_the_api_format_and_bad_ones_are_replaced(tmp_path: Path
     vm.prepare()
     assert _TOKEN.match(vm.admin_token())
     assert (vm.token_file.stat().st_mode & 0o777) == 0o600
+
+
+def test_machine_uuid_is_kept_with_the_appliance_state(tmp_path: Path) -> None:
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b")
+    first = vm.qemu_argv(kvm=False)
+    again = Appliance(state_dir=tmp_path, base_image=tmp_path / "b").qemu_argv(kvm=False)
+    uuid = first[first.index("-uuid") + 1]
+    assert len(uuid) == 36 and again[again.index("-uuid") + 1] == uuid
+    other = Appliance(state_dir=tmp_path / "o", base_image=tmp_path / "b")
+    (tmp_path / "o").mkdir()
+    assert other.machine_uuid() != uuid
