@@ -197,6 +197,12 @@ def _job_line(job: dict[str, Any]) -> str:
     return f"job {job['id']} {job['kind']} {job['state']}{err}"
 
 
+def _out_job(args: argparse.Namespace, job: dict[str, Any]) -> int:
+    """Prints a job; the exit status is 1 when it failed or was cancelled (scripts)."""
+    _out(args, job, _job_line)
+    return 1 if job["state"] in ("failed", "cancelled") else 0
+
+
 def cmd_datastore(args: argparse.Namespace) -> int:
     c = Client(args)
     cols = ["name", "protocol", "pool", "size", "state", "serving", "connected_clients"]
@@ -216,10 +222,8 @@ def cmd_datastore(args: argparse.Namespace) -> int:
             body["nfs"] = {"clients": [_client(c_) for c_ in args.client or []]}
         _out(args, c.call("PUT", f"/datastores/{args.name}", body), _describe_datastore)
     elif args.ds_cmd == "delete":
-        job = c.call("DELETE", f"/datastores/{args.name}",
-                     params={"force": args.force, "wait": args.wait})
-        _out(args, job, _job_line)
-        return 0 if job["state"] in ("succeeded", "queued", "running") else 1
+        return _out_job(args, c.call("DELETE", f"/datastores/{args.name}",
+                                     params={"force": args.force, "wait": args.wait}))
     elif args.ds_cmd == "attach":
         _out(args, c.call("GET", f"/datastores/{args.name}/attach"),
              lambda d: "\n".join(["# ESXi", *d["esxi"], "", "# libvirt pool XML",
@@ -262,14 +266,13 @@ def cmd_pool(args: argparse.Namespace) -> int:
             body["vdevs"] = ([{"type": "disk", "disks": [d]} for d in args.disks]
                              if args.layout == "disk"
                              else [{"type": args.layout, "disks": args.disks}])
-        job = c.call("POST", "/pools", body, params={"wait": args.wait})
-        _out(args, job, _job_line)
+        return _out_job(args, c.call("POST", "/pools", body, params={"wait": args.wait}))
     elif args.pool_cmd in ("scrub", "export", "import"):
         params: dict[str, Any] = {"wait": args.wait}
         if args.pool_cmd in ("export", "import"):
             params["force"] = args.force
-        _out(args, c.call("POST", f"/pools/{args.name}/{args.pool_cmd}", params=params),
-             _job_line)
+        return _out_job(args, c.call("POST", f"/pools/{args.name}/{args.pool_cmd}",
+                                     params=params))
     return 0
 
 
@@ -312,8 +315,7 @@ def cmd_job(args: argparse.Namespace) -> int:
         _out(args, c.call("GET", "/jobs"), lambda rows: _table(
             rows, ["id", "kind", "target", "state", "progress"]))
     else:
-        job = c.call("GET", f"/jobs/{args.id}", params={"wait": args.wait})
-        _out(args, job, _job_line)
+        return _out_job(args, c.call("GET", f"/jobs/{args.id}", params={"wait": args.wait}))
     return 0
 
 

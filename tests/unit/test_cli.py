@@ -97,6 +97,14 @@ def test_pool_and_igroup_commands(capsys: pytest.CaptureFixture[str],
     assert rc == 0 and "esx:" in out
     rc, out = zds(capsys, server, "--json", "job", "list")
     assert json.loads(out)[0]["kind"] == "pool.create"
+    # a failed job is a failed command (scripts test $?); force is passed through
+    rc, out = zds(capsys, server, "pool", "export", "fast", "--wait", "10")
+    assert rc == 0 and "succeeded" in out
+    server[2].zfs.foreign.add("fast")  # type: ignore[attr-defined]
+    rc, out = zds(capsys, server, "pool", "import", "fast", "--wait", "10")
+    assert rc == 1 and "failed error: pool fast was last used by another system" in out
+    rc, out = zds(capsys, server, "pool", "import", "fast", "--force", "--wait", "10")
+    assert rc == 0 and "succeeded" in out
 
 
 def test_local_token_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
