@@ -53,6 +53,9 @@ if [ ! -e "$stamp" ]; then
   touch "$stamp"
 elif [ "$("$venv/bin/python" -c 'import appliance; print(appliance.__file__)' 2>/dev/null)" \
        != "$here/appliance/__init__.py" ]; then
-  # the venv is shared: re-point its editable install at this checkout (CI clones anew)
-  "$venv/bin/pip" install -q --no-deps -e "$here"
+  # the venv is shared: re-point its editable install at this checkout (CI clones anew);
+  # setuptools' build warnings go to a log, shown only if pip fails
+  if ! "$venv/bin/pip" install -q --no-deps -e "$here" >"$cache/pip-repoint.log" 2>&1; then
+    cat "$cache/pip-repoint.log" >&2; exit 1
+  fi
 fi
