@@ -52,11 +52,16 @@ class LocalFs:
         return "ext4"
 
     def unmount(self, mountpoint: str) -> None:
-        """Unmounts (lazily if busy) and removes the empty mountpoint."""
-        if not self._runner.run(["umount", mountpoint], check=False, timeout=120).ok:
-            self._runner.run(["umount", "-l", mountpoint], check=False, timeout=60)
-        with contextlib.suppress(OSError):
-            Path(mountpoint).rmdir()
+        unmount_and_remove(self._runner, mountpoint, timeout=120)
+
+
+def unmount_and_remove(runner: Runner, mountpoint: str, timeout: float = 60.0) -> None:
+    """Unmounts (lazily if busy) and removes the empty mountpoint; never raises for a
+    mount that is already gone (probe teardown and crash cleanup call it blindly)."""
+    if not runner.run(["umount", mountpoint], check=False, timeout=timeout).ok:
+        runner.run(["umount", "-l", mountpoint], check=False, timeout=60)
+    with contextlib.suppress(OSError):
+        Path(mountpoint).rmdir()
 
 
 def fs_usage(path: str) -> tuple[int, int]:

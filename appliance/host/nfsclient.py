@@ -9,10 +9,10 @@ NFSv4.1: ``-o vers=4.1,proto=tcp,port=2049``. The twin for unit tests is
 
 from __future__ import annotations
 
-import contextlib
 from pathlib import Path
 
 from appliance.errors import ZdsError
+from appliance.host.localfs import unmount_and_remove
 from appliance.host.run import Runner
 
 
@@ -33,11 +33,7 @@ class NfsClient:
 
     def umount(self, mountpoint: str) -> None:
         """Unmounts (lazily if busy) and removes the empty mountpoint."""
-        res = self._runner.run(["umount", mountpoint], check=False, timeout=60)
-        if not res.ok:
-            self._runner.run(["umount", "-l", mountpoint], check=False, timeout=60)
-        with contextlib.suppress(OSError):
-            Path(mountpoint).rmdir()
+        unmount_and_remove(self._runner, mountpoint)
 
     def mounted(self, mountpoint: str) -> bool:
         try:
