@@ -155,6 +155,13 @@ def test_5_reboot_restores_everything(appliance: E2EAppliance, api: httpx.Client
                                       iscsi: Iscsi) -> None:
     before = {d["name"]: d for d in ok(api.get("/datastores"))}
     appliance.reboot()
+    assert_served_as_before(api, nfs, iscsi, before)
+    assert ok(api.get("/system/health"))["status"] == "ok"
+
+
+def assert_served_as_before(api: httpx.Client, nfs: Nfs, iscsi: Iscsi,
+                            before: dict[str, Any]) -> None:
+    """Every datastore, export id, WWN, ACL and byte is back, and nothing has drifted."""
     after = {d["name"]: d for d in ok(api.get("/datastores"))}
     assert set(after) == {"nfs01", "lun01"}
     assert after["nfs01"]["nfs"]["export_id"] == before["nfs01"]["nfs"]["export_id"]
@@ -165,7 +172,6 @@ def test_5_reboot_restores_everything(appliance: E2EAppliance, api: httpx.Client
         state["block_sha"]
     assert iscsi.inq(state["iqn"], INTRUDER, check=False).returncode != 0  # ACL is back too
     assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
-    assert ok(api.get("/system/health"))["status"] == "ok"
 
 
 def test_5b_a_new_system_disk_serves_the_pool_again(
@@ -178,16 +184,7 @@ def test_5b_a_new_system_disk_serves_the_pool_again(
     assert appliance.api_healthy, f"no healthy API after the swap; see {appliance.serial_log}"
     hostid = appliance.check("od -An -tx4 /etc/hostid").strip()
     assert hostid == hostid_for(appliance.vm.machine_uuid())
-    after = {d["name"]: d for d in ok(api.get("/datastores"))}
-    assert set(after) == {"nfs01", "lun01"}
-    assert after["nfs01"]["nfs"]["export_id"] == before["nfs01"]["nfs"]["export_id"]
-    assert after["lun01"]["iscsi"]["wwn"] == state["wwn"]
-    assert all(d["serving"] for d in after.values()), after
-    assert sha(nfs.get(state["nfs_path"], "big.bin")) == state["big_sha"]
-    assert sha(iscsi.read(state["iqn"], INITIATOR, 8 * MiB, 4 * MiB) or b"") == \
-        state["block_sha"]
-    assert iscsi.inq(state["iqn"], INTRUDER, check=False).returncode != 0
-    assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
+    assert_served_as_before(api, nfs, iscsi, before)
 
 
 def test_6_bad_input_over_the_real_api(api: httpx.Client, iscsi: Iscsi) -> None:
