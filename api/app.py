@@ -36,8 +36,9 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if start:
-            engine.start()
-            engine.watch(engine.settings.reconcile_interval)
+            # in the background: health answers "starting" meanwhile, and a pool with
+            # thousands of datastores does not keep the API from answering at all
+            engine.start_background()
         yield
 
     app = FastAPI(title="ZDS — ZFS Datastore Server", version=__version__,

@@ -12,6 +12,7 @@ from appliance.services.datastores import ChapRequest, DatastoreRequest, Datasto
 from appliance.services.groups import GroupView
 from appliance.services.pools import PoolRequest, PoolView, VdevRequest
 from appliance.services.snapshots import SnapshotView
+from appliance.services.system import Health
 
 
 def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
@@ -67,6 +68,10 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
         properties=v.properties, nfs=nfs, iscsi=iscsi,
         attach=s.AttachBody(**asdict(attach)) if attach else None,
     )
+
+
+def health_out(h: Health) -> s.HealthOut:
+    return s.HealthOut(**asdict(h))
 
 
 def snapshot_out(v: SnapshotView) -> s.SnapshotOut:

@@ -250,11 +250,25 @@ class ComponentOut(BaseModel):
     detail: str
 
 
+class PoolProblemOut(BaseModel):
+    pool: str
+    health: str = Field(examples=["DEGRADED"])
+    status: str = Field(description="what zpool status says is wrong")
+    action: str = Field(description="what zpool status says to do")
+
+
 class HealthOut(BaseModel):
-    status: Literal["ok", "degraded", "down"]
+    status: Literal["ok", "degraded", "down", "starting"]
     components: dict[str, ComponentOut]
     in_sync: bool
-    drift: int = Field(description="number of drift items; -1 when a component is down")
+    drift: int = Field(description="number of drift items; -1 when not known")
+    checked_at: float = Field(description="unix time of the check this answer comes from "
+                                          "(0: none yet)")
+    age: float = Field(description="seconds since that check")
+    started_at: float = Field(description="unix time the API finished restoring every "
+                                          "export and LUN at start-up (0: still starting)")
+    pools: list[PoolProblemOut] = Field(description="pools that are not ONLINE")
+    message: str = Field(description="what is wrong, in words ('' when ok)")
 
 
 class DriftItemOut(BaseModel):

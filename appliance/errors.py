@@ -52,6 +52,12 @@ class Unavailable(ZdsError):
     code = "unavailable"
 
 
+class Busy(Unavailable):
+    """Another change holds the appliance's one lock longer than a request may wait."""
+
+    code = "busy"
+
+
 class Unauthorized(ZdsError):
     status = 401
     code = "unauthorized"

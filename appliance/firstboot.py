@@ -31,7 +31,7 @@ class FirstbootResult:
 
 def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResult:
     s = engine.settings
-    local = engine.local
+    local = engine.ctx.local
     msgs: list[str] = []
     cert = local.ensure_tls_certificate(s.tls_cert, s.tls_key, local.hostname()) if s.tls \
         else False
@@ -47,11 +47,11 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
     local.write_secret(s.admin_token_file, token)
 
     pool, created, demo = None, False, False
-    if engine.zfs.available():
-        pools = [p.name for p in engine.zfs.list_pools()]
+    if engine.ctx.zfs.available():
+        pools = [p.name for p in engine.ctx.zfs.list_pools()]
         if pools:
             pool = pools[0]
-        elif importable := engine.zfs.importable_pools():
+        elif importable := engine.ctx.zfs.importable_pools():
             # a data disk that already holds a pool (a new system disk, a moved appliance):
             # serve it rather than make a new one; a pool another system did not export
             # is left for the admin to import with force

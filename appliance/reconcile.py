@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from appliance.errors import ZdsError
-from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost, LiveExport
+from appliance.host.ganesha import GaneshaHost, LiveExport
+from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.host.lio import AclSpec, Chap, LioHost, LiveTarget, LunSpec, TargetSpec
 from appliance.model import DatastoreRecord, InitiatorGroup
 
@@ -185,25 +186,53 @@ def plan(
 
 
 def apply(actions: Sequence[Action], ganesha: GaneshaHost, lio: LioHost) -> ReconcileReport:
-    """Runs each action; one failure does not stop the others (each is reported)."""
+    """Runs the actions: removals first (they free paths, devices and names the others
+    may need), then updates, then the additions in one batch per daemon (one AddExport,
+    one configfs pass). One failure does not stop the others; each is reported."""
     report = ReconcileReport(planned=list(actions))
-    for action in actions:
+    order = ("remove_export", "remove_target", "remove_backstore", "update_export")
+    for kind in order:
+        for action in (a for a in actions if a.kind == kind):
+            try:
+                if kind == "remove_export":
+                    ganesha.remove_export(int(action.subject))
+                elif kind == "remove_target":
+                    lio.remove_target(action.subject)
+                elif kind == "remove_backstore":
+                    lio.remove_backstore(action.subject)
+                elif action.export is not None:
+                    ganesha.update_export(action.export)
+            except ZdsError as exc:
+                _failed(report, action, exc)
+            else:
+                report.applied.append(action)
+    adds = [a for a in actions if a.kind == "add_export" and a.export is not None]
+    if adds:
         try:
-            if action.kind == "add_export" and action.export:
-                ganesha.add_export(action.export)
-            elif action.kind == "update_export" and action.export:
-                ganesha.update_export(action.export)
-            elif action.kind == "remove_export":
-                ganesha.remove_export(int(action.subject))
-            elif action.kind == "apply_target" and action.target:
-                lio.apply_target(action.target)
-            elif action.kind == "remove_target":
-                lio.remove_target(action.subject)
-            elif action.kind == "remove_backstore":
-                lio.remove_backstore(action.subject)
+            failed_exports = ganesha.add_exports([a.export for a in adds if a.export])
+        except ZdsError as exc:  # ganesha went away: every add failed the same way
+            failed_exports = {int(a.subject): exc for a in adds}
+        _collect(report, adds, {str(k): v for k, v in failed_exports.items()})
+    applies = [a for a in actions if a.kind == "apply_target" and a.target is not None]
+    if applies:
+        try:
+            failed_targets = lio.apply_targets([a.target for a in applies if a.target])
         except ZdsError as exc:
-            log.warning("reconcile: %s failed: %s", action.describe(), exc.message)
-            report.fail(action.subject, f"{action.describe()}: {exc.message}")
-        else:
-            report.applied.append(action)
+            failed_targets = {a.subject: exc for a in applies}
+        _collect(report, applies, failed_targets)
     return report
+
+
+def _failed(report: ReconcileReport, action: Action, exc: ZdsError) -> None:
+    log.warning("reconcile: %s failed: %s", action.describe(), exc.message)
+    report.fail(action.subject, f"{action.describe()}: {exc.message}")
+
+
+def _collect(report: ReconcileReport, actions: Sequence[Action],
+             failed: Mapping[str, ZdsError]) -> None:
+    for action in actions:
+        exc = failed.get(action.subject)
+        if exc is None:
+            report.applied.append(action)
+        else:
+            _failed(report, action, exc)

@@ -47,6 +47,10 @@ class Settings:
     iscsi_portal: tuple[str, int] = ("0.0.0.0", 3260)
     # Seconds between background reconciles (0: only at start-up and on changes).
     reconcile_interval: float = 60.0
+    # Seconds between the watcher's cheap checks (pools, daemons) that health answers from.
+    health_interval: float = 10.0
+    # Seconds a request waits for the change lock before a 503 "busy".
+    lock_timeout: float = 60.0
     # Thin datastores may be promised up to this multiple of the pool's capacity.
     max_overcommit: float = 1.0
     # Address put into attach instructions when the request does not tell one.
@@ -111,6 +115,8 @@ def load_settings(path: Path | None = None) -> Settings:
         iscsi_portal=(host or "0.0.0.0", int(port or 3260)),
         max_overcommit=float(data.get("datastores", {}).get("max_overcommit", 1.0)),
         reconcile_interval=float(api.get("reconcile_interval", base.reconcile_interval)),
+        health_interval=float(api.get("health_interval", base.health_interval)),
+        lock_timeout=float(api.get("lock_timeout", base.lock_timeout)),
         firstboot_pool=str(first.get("pool", base.firstboot_pool)),
         firstboot_disks=tuple(first.get("disks", base.firstboot_disks)),
         firstboot_layout=str(first.get("layout", base.firstboot_layout)),

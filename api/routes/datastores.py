@@ -20,7 +20,8 @@ def list_datastores(engine: EngineDep, _: PrincipalDep) -> list[schemas.Datastor
 def get_datastore(name: str, request: Request, engine: EngineDep,
                   _: PrincipalDep) -> schemas.DatastoreOut:
     view = engine.datastores.get(name)
-    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request)))
+    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request),
+                                                                view))
 
 
 @router.put("/{name}", response_model=schemas.DatastoreOut,
@@ -31,7 +32,8 @@ def put_datastore(name: str, body: schemas.DatastorePut, request: Request, respo
     Idempotent: the same body again changes nothing (200)."""
     view, created = engine.datastores.put(name, convert.datastore_request(body))
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request)))
+    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request),
+                                                                view))
 
 
 @router.delete("/{name}", status_code=202, response_model=schemas.JobOut)
@@ -96,4 +98,5 @@ def clone(name: str, snapshot: str, body: schemas.CloneBody, request: Request,
     base = engine.snapshots.inherited_request(engine.datastores.record(name))
     view = engine.snapshots.clone(name, snapshot, body.name, convert.clone_request(base, body))
     return convert.datastore_out(view, engine.datastores.attach(body.name,
-                                                                 server_address(request)))
+                                                                 server_address(request),
+                                                                 view))

@@ -15,7 +15,7 @@ from api.routes.common import ERRORS, WaitQuery
 from appliance.errors import InvalidInput, NotFound
 from appliance.probes import plots
 from appliance.probes.model import ProbeResult
-from appliance.probes.service import ProbeRequest, service_of, submit
+from appliance.probes.service import ProbeRequest, submit
 from appliance.probes.store import ResultFilter
 
 router = APIRouter(prefix="/probes", tags=["probes"], responses=ERRORS)
@@ -85,7 +85,7 @@ def _out(r: ProbeResult, series: bool = True, published: bool = False,
 @router.get("/profiles", response_model=list[ProbeProfileOut])
 def list_profiles(engine: EngineDep, _: PrincipalDep) -> list[ProbeProfileOut]:
     """Every profile of the catalogue with its parameters and the published figures."""
-    return [ProbeProfileOut(**asdict(p)) for p in service_of(engine).profiles()]
+    return [ProbeProfileOut(**asdict(p)) for p in engine.probes.profiles()]
 
 
 @router.post("", status_code=202, response_model=ProbeJobOut)
@@ -93,8 +93,8 @@ def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
               wait: WaitQuery = 0) -> ProbeJobOut:
     """Checks the request (profile, overrides, datastore, free space, one probe per
     datastore) and runs the probe as a job; the result is kept even if it fails."""
-    svc = service_of(engine)
-    probe_id, job = submit(engine, svc, ProbeRequest(body.profile, body.datastore,
+    svc = engine.probes
+    probe_id, job = submit(engine.jobs, svc, ProbeRequest(body.profile, body.datastore,
                                                      body.target, body.overrides))
     if wait > 0:
         job = engine.jobs.wait(job.id, wait)
@@ -104,7 +104,7 @@ def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
 @router.post("/results", status_code=201, response_model=ProbeResultOut)
 def post_result(body: dict[str, Any], engine: EngineDep, _: PrincipalDep) -> ProbeResultOut:
     """A result measured on a client (``zds probe run --server ...``)."""
-    return _out(service_of(engine).record_client(body))
+    return _out(engine.probes.record_client(body))
 
 
 @router.get("/results", response_model=list[ProbeResultOut])
@@ -119,25 +119,25 @@ def list_results(
 ) -> list[ProbeResultOut]:
     """Newest first; time series left out unless ``series=true``."""
     f = ResultFilter(profile, datastore, target, status, since, until, limit, offset)
-    return [_out(r, series=series) for r in service_of(engine).list(f)]
+    return [_out(r, series=series) for r in engine.probes.list(f)]
 
 
 @router.get("/results/{result_id}", response_model=ProbeResultOut)
 def get_result(result_id: str, engine: EngineDep, _: PrincipalDep) -> ProbeResultOut:
     """One result with its time series and the published figures beside it."""
-    return _out(service_of(engine).get(result_id), published=True)
+    return _out(engine.probes.get(result_id), published=True)
 
 
 @router.delete("/results/{result_id}", status_code=204)
 def delete_result(result_id: str, engine: EngineDep, _: PrincipalDep) -> Response:
-    service_of(engine).store.delete(result_id)
+    engine.probes.store.delete(result_id)
     return Response(status_code=204)
 
 
 @router.get("/compare")
 def compare_results(a: str, b: str, engine: EngineDep, _: PrincipalDep) -> dict[str, Any]:
     """b / a for every metric both have (summary and per step); ``better`` by direction."""
-    return asdict(service_of(engine).compare(a, b))
+    return asdict(engine.probes.compare(a, b))
 
 
 @router.get("/results/{result_id}/plot",
@@ -152,7 +152,7 @@ def plot_result(
     """IOPS and latency over time, latency percentiles, sweep curves or size-sweep bars;
     ``with`` overlays other results (e.g. local vs nfs)."""
     ids = [result_id, *[i for i in (with_ or "").split(",") if i]]
-    data = service_of(engine).plot(ids, kind, format)
+    data = engine.probes.plot(ids, kind, format)
     return Response(content=data,
                     media_type="image/svg+xml" if format == "svg" else "image/png")
 
@@ -164,13 +164,13 @@ def html_report(ids: str, engine: EngineDep, _: PrincipalDep,
     id_list = [i for i in ids.split(",") if i]
     if not id_list:
         raise InvalidInput("ids: give at least one result id")
-    return HTMLResponse(service_of(engine).report(id_list, title))
+    return HTMLResponse(engine.probes.report(id_list, title))
 
 
 @router.post("/{result_id}/cancel", response_model=dict[str, Any])
 def cancel_probe(result_id: str, engine: EngineDep, _: PrincipalDep) -> dict[str, Any]:
     """Stops a running probe (fio is killed by PID); its result is saved as cancelled."""
-    if not service_of(engine).cancel(result_id):
+    if not engine.probes.cancel(result_id):
         raise NotFound(f"no running probe {result_id!r}")
     return {"cancelled": result_id}
 
@@ -178,7 +178,7 @@ def cancel_probe(result_id: str, engine: EngineDep, _: PrincipalDep) -> dict[str
 @router.get("/running", response_model=dict[str, str])
 def running(engine: EngineDep, _: PrincipalDep) -> dict[str, str]:
     """datastore -> probe id of the probes running now."""
-    return dict(service_of(engine).registry.running())
+    return dict(engine.probes.registry.running())
 
 
 __all__ = ["plots", "router"]

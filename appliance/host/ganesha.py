@@ -12,6 +12,10 @@ be rendered safely, or a client ganesha cannot resolve -> ``InvalidInput``.
 DBus API used (identical in ganesha 4.3 and 5.9; object /org/ganesha/nfsd/ExportMgr,
 interface org.ganesha.nfsd.exportmgr unless said otherwise):
   AddExport(s file, s "EXPORT(Export_Id=N)") -> s message   (error if the id is live)
+  AddExport(s file, s "EXPORT(Export_Id=*)") adds every block of the file in one call
+      (export_mgr.c gsh_export_addexport; '*' matches any value in config_parsing.c
+      match_block); a block whose id is live is skipped, a hard error (missing path,
+      duplicate pseudo) stops the rest without undoing the ones before it
   UpdateExport(s file, s expr) -> s message
   RemoveExport(q id)                                        (error if unknown)
   ShowExports() -> (tt) stats epoch, a(q id, s path, ((sb)x8) protocols used, (tt) last)
@@ -22,9 +26,14 @@ Config problems ganesha can skip (an unresolvable client) do NOT fail Add/Update
 they come back as "Errors found:" in the message and the export is live without them;
 the adapter treats that as a failure and rolls back.
 
+Costs: reading everything ganesha serves is one ShowExports (plus one ShowClients for
+who is connected), whatever the number of exports; adding one export is one AddExport;
+adding many at once (boot) is one AddExport and one ShowExports.
+
 Host packages: dbus-bin (dbus-send), dbus + dbus-daemon (the system bus), nfs-ganesha,
 nfs-ganesha-vfs, rpcbind (NFSv3); ZFS datasets exported need acltype=posixacl.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,351 +41,47 @@ import ipaddress
 import os
 import re
 import tempfile
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
-from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, Unavailable
+from appliance.errors import (
+    Conflict,
+    HostCommandFailed,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    ZdsError,
+)
+from appliance.host.dbus_send import (
+    DBusValue,
+    as_int,
+    as_list,
+    as_str,
+    as_timestamp,
+    as_tuple,
+    parse_dbus_reply,
+)
+from appliance.host.ganesha_config import (
+    ExportSpec,
+    check_export_id,
+    check_spec,
+    export_file_name,
+    render_export_block,
+)
 from appliance.host.run import CommandError, Runner
 
 _T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
-class ClientRule:
-    """Hosts/CIDRs given one access type (ganesha CLIENT block)."""
-
-    clients: tuple[str, ...]
-    access: Literal["RW", "RO"]
-
-
-@dataclass(frozen=True)
-class ExportSpec:
-    export_id: int  # stable forever; >= 100 (lower ids are ganesha's and the admin's)
-    path: str  # mounted dataset path
-    pseudo: str  # NFSv4 pseudo path (ZDS uses the same as ``path``)
-    protocols: tuple[int, ...]  # (3,) or (4,): never both on one path (ESXi)
-    clients: tuple[ClientRule, ...]
-    squash: str = "No_Root_Squash"  # ESXi needs root access
-    sec: str = "sys"
-
-
-@dataclass(frozen=True)
 class LiveExport:
+    """An export ganesha serves now, as ShowExports lists it."""
+
     export_id: int
     path: str
-    pseudo: str
-
-
-class GaneshaHost(Protocol):
-    def available(self) -> bool:
-        """True when ganesha answers on DBus."""
-
-    def list_exports(self) -> list[LiveExport]:
-        """Exports ganesha serves now (without the pseudo root, id 0)."""
-
-    def rendered(self, export_id: int) -> str | None:
-        """The export block ZDS last wrote for ``export_id`` (None if no file)."""
-
-    def add_export(self, spec: ExportSpec) -> None: ...
-
-    def update_export(self, spec: ExportSpec) -> None:
-        """Change clients/access live; connected clients keep their mounts."""
-
-    def remove_export(self, export_id: int) -> None:
-        """Remove live and delete the file. Unknown id: no error."""
-
-    def connected_clients(self, export_id: int) -> list[str]:
-        """Client addresses with state/IO on this export now (refuse delete if any)."""
-
-
-# ---------------------------------------------------------------------------------------
-# Export block rendering (pure; the engine and the fake use it too)
-# ---------------------------------------------------------------------------------------
-
-MIN_EXPORT_ID = 100
-MAX_EXPORT_ID = 65535  # ganesha export ids are DBus uint16
-SQUASH_VALUES = ("No_Root_Squash", "Root_Squash", "All_Squash", "Root_Id_Squash")
-SEC_VALUES = ("sys", "krb5", "krb5i", "krb5p", "none")
-
-# Absolute path of plain components: letters, digits and . _ : + - only. Everything that
-# means something to ganesha's config lexer (quotes, braces, ';', ',', '=', '#', '$',
-# whitespace, backslash, non-ASCII) is outside this set.
-_PATH = re.compile(r"^(?:/[A-Za-z0-9._:+-]+)+$")
-_PATH_MAX = 1024
-_HOST_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_HOST_LABEL}(?:\.{_HOST_LABEL})*$")
-_CLIENT_CHARS = re.compile(r"[A-Za-z0-9.:/-]{1,253}")
-
-
-def check_export_path(value: object, what: str = "path") -> str:
-    """An absolute, normalised path safe to put between quotes in a ganesha block."""
-    if not isinstance(value, str) or not value:
-        raise InvalidInput(f"export {what} must be a non-empty absolute path")
-    if len(value) > _PATH_MAX:
-        raise InvalidInput(f"export {what} is longer than {_PATH_MAX} characters")
-    if not _PATH.fullmatch(value):
-        raise InvalidInput(
-            f"export {what} {value!r} is not allowed: use an absolute path of letters, "
-            "digits and . _ : + - (no spaces, quotes, braces, ';', '#', '$' or '//')"
-        )
-    if any(part in (".", "..") for part in value.split("/")):
-        raise InvalidInput(f"export {what} {value!r} must not contain '.' or '..' components")
-    return value
-
-
-def check_client(value: object) -> str:
-    """One CLIENT match as ganesha takes it unquoted: IP, CIDR, hostname or ``*``.
-
-    Returns the canonical text (IPv6 compressed, CIDR host bits cleared).
-    """
-    if not isinstance(value, str) or not value:
-        raise InvalidInput("an NFS client must be a non-empty string")
-    if value == "*":
-        return value
-    if not _CLIENT_CHARS.fullmatch(value):  # also keeps out IPv6 zone ids ("fe80::1%x;}")
-        raise InvalidInput(
-            f"invalid NFS client {value!r}: only letters, digits and . : / - are allowed"
-        )
-    try:
-        if "/" in value:
-            return str(ipaddress.ip_network(value, strict=False))
-        return str(ipaddress.ip_address(value))
-    except ValueError:
-        pass
-    if _HOSTNAME.fullmatch(value) and not value.replace(".", "").isdigit():
-        return value.lower()
-    raise InvalidInput(
-        f"invalid NFS client {value!r}: expected an IP address, a CIDR network "
-        "(e.g. 192.0.2.0/24), a hostname or '*'"
-    )
-
-
-def check_spec(spec: ExportSpec) -> ExportSpec:
-    """Validate every field of ``spec``; return it with clients in canonical form.
-
-    Raises ``InvalidInput`` (nothing is written) for anything that could not be rendered
-    safely or that ZDS never serves (both NFSv3 and NFSv4 on one path, id < 100...).
-    """
-    if isinstance(spec.export_id, bool) or not isinstance(spec.export_id, int):
-        raise InvalidInput("export id must be an integer")
-    if not MIN_EXPORT_ID <= spec.export_id <= MAX_EXPORT_ID:
-        raise InvalidInput(
-            f"export id {spec.export_id} is outside {MIN_EXPORT_ID}..{MAX_EXPORT_ID} "
-            "(lower ids belong to ganesha and the admin)"
-        )
-    path = check_export_path(spec.path, "path")
-    pseudo = check_export_path(spec.pseudo, "pseudo path")
-    protocols = tuple(spec.protocols)
-    if protocols not in ((3,), (4,)):
-        raise InvalidInput(
-            f"export protocols {list(protocols)} not allowed: serve a path over NFSv3 or "
-            "NFSv4 (4.1), never both (ESXi corrupts locks across versions)"
-        )
-    if spec.squash not in SQUASH_VALUES:
-        raise InvalidInput(f"squash {spec.squash!r} is not one of {', '.join(SQUASH_VALUES)}")
-    if spec.sec not in SEC_VALUES:
-        raise InvalidInput(f"sec {spec.sec!r} is not one of {', '.join(SEC_VALUES)}")
-    rules: list[ClientRule] = []
-    seen: set[str] = set()
-    for rule in spec.clients:
-        if rule.access not in ("RW", "RO"):
-            raise InvalidInput(f"client access {rule.access!r} must be RW or RO")
-        if not rule.clients:
-            raise InvalidInput("a client rule needs at least one client")
-        canon: list[str] = []
-        for client in rule.clients:
-            c = check_client(client)
-            if c in seen:
-                raise InvalidInput(f"NFS client {c} appears in more than one rule")
-            seen.add(c)
-            canon.append(c)
-        rules.append(ClientRule(tuple(canon), rule.access))
-    return ExportSpec(
-        export_id=spec.export_id,
-        path=path,
-        pseudo=pseudo,
-        protocols=protocols,
-        clients=tuple(rules),
-        squash=spec.squash,
-        sec=spec.sec,
-    )
-
-
-def render_export_block(spec: ExportSpec) -> str:
-    """The ganesha ``EXPORT { ... }`` block for ``spec`` (validated first).
-
-    Nobody gets access from the export level (``Access_Type = None``); each client rule
-    becomes a ``CLIENT`` sub-block with RW or RO. NFSv3 exports are TCP-only (ESXi uses
-    TCP; UDP only adds a second code path). The FSAL is VFS (ZFS datasets need
-    ``acltype=posixacl``, set by the ZFS side, or every operation fails with NOTSUPP).
-    NFSv4 exports get no delegations (ESXi/KVM hosts share files between clients).
-
-    Example::
-
-        EXPORT {
-            Export_Id = 101;
-            Path = "/tank/ds1";
-            Pseudo = "/tank/ds1";
-            Protocols = 3;
-            Transports = TCP;
-            Access_Type = None;
-            Squash = No_Root_Squash;
-            SecType = sys;
-            FSAL {
-                Name = VFS;
-            }
-            CLIENT {
-                Clients = 192.0.2.0/24, esx1.example.com;
-                Access_Type = RW;
-            }
-        }
-    """
-    s = check_spec(spec)
-    lines = [
-        f"# Managed by ZDS: export {s.export_id}. Do not edit; the API rewrites this file.",
-        "EXPORT {",
-        f"    Export_Id = {s.export_id};",
-        f'    Path = "{s.path}";',
-        f'    Pseudo = "{s.pseudo}";',
-        f"    Protocols = {', '.join(str(p) for p in s.protocols)};",
-        "    Transports = TCP;",
-        "    Access_Type = None;",
-        f"    Squash = {s.squash};",
-        f"    SecType = {s.sec};",
-    ]
-    if 4 in s.protocols:
-        lines.append("    Delegations = None;")
-    lines += ["    FSAL {", "        Name = VFS;", "    }"]
-    for rule in s.clients:
-        lines += [
-            "    CLIENT {",
-            f"        Clients = {', '.join(rule.clients)};",
-            f"        Access_Type = {rule.access};",
-            "    }",
-        ]
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def export_file_name(export_id: int) -> str:
-    return f"export-{export_id}.conf"
-
-
-# ---------------------------------------------------------------------------------------
-# dbus-send --print-reply output
-# ---------------------------------------------------------------------------------------
-
-DBusValue = int | float | bool | str | tuple["DBusValue", ...] | list["DBusValue"]
-
-_LINE_START = re.compile(
-    r'^(?:string "|object path "|signature "|variant |'
-    r"(?:u?int(?:16|32|64)|byte|boolean|double|unix_fd) |"
-    r"struct \{$|array \[$|dict entry\($|[}\])]$)"
-)
-
-
-def _logical_lines(text: str) -> list[str]:
-    """Stripped value lines; a string spanning several lines (dbus-send does not escape
-    newlines or quotes) is joined back: it ends at a line ending in '"' that is followed
-    by the start of another value or a closing bracket."""
-    raw = text.splitlines()
-    if raw and raw[0].startswith("method return"):
-        raw = raw[1:]
-    out: list[str] = []
-    i = 0
-    while i < len(raw):
-        line = raw[i].strip()
-        i += 1
-        if not line:
-            continue
-        body = line[len("variant") :].lstrip() if line.startswith("variant ") else line
-        if body.startswith(('string "', 'object path "', 'signature "')):
-            while not (
-                len(body) > body.index('"') + 1
-                and body.endswith('"')
-                and (i >= len(raw) or _LINE_START.match(raw[i].strip()))
-            ):
-                if i >= len(raw):
-                    raise ValueError(f"unterminated string in dbus-send output: {line[:60]!r}")
-                line += "\n" + raw[i]
-                body += "\n" + raw[i]
-                i += 1
-        out.append(line)
-    return out
-
-
-def _parse_at(lines: list[str], i: int) -> tuple[DBusValue, int]:
-    line = lines[i]
-    if line.startswith("variant "):
-        lines[i] = line[len("variant") :].lstrip()
-        return _parse_at(lines, i)
-    closers = {"struct {": "}", "array [": "]", "dict entry(": ")"}
-    if line in closers:
-        items: list[DBusValue] = []
-        i += 1
-        while i < len(lines) and lines[i] != closers[line]:
-            value, i = _parse_at(lines, i)
-            items.append(value)
-        if i >= len(lines):
-            raise ValueError(f"unclosed {line!r} in dbus-send output")
-        return (items if line == "array [" else tuple(items)), i + 1
-    kind, _, rest = line.partition(" ")
-    if kind in ("string", "signature") or line.startswith("object path "):
-        return rest[rest.index('"') + 1 : -1], i + 1
-    if kind in ("byte", "int16", "uint16", "int32", "uint32", "int64", "uint64", "unix_fd"):
-        return int(rest), i + 1
-    if kind == "boolean":
-        return rest == "true", i + 1
-    if kind == "double":
-        return float(rest), i + 1
-    raise ValueError(f"unexpected dbus-send output line: {line[:60]!r}")
-
-
-def parse_dbus_reply(text: str) -> list[DBusValue]:
-    """The values of a ``dbus-send --print-reply`` answer, in order.
-
-    struct and dict entry -> tuple, array -> list, integers -> int, boolean -> bool,
-    string/object path/signature -> str, variant -> its value.
-    """
-    lines = _logical_lines(text)
-    values: list[DBusValue] = []
-    i = 0
-    while i < len(lines):
-        value, i = _parse_at(lines, i)
-        values.append(value)
-    return values
-
-
-def _tuple(v: DBusValue) -> tuple[DBusValue, ...]:
-    if not isinstance(v, tuple):
-        raise ValueError(f"expected a struct, got {v!r}")
-    return v
-
-
-def _list(v: DBusValue) -> list[DBusValue]:
-    if not isinstance(v, list):
-        raise ValueError(f"expected an array, got {v!r}")
-    return v
-
-
-def _int(v: DBusValue) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise ValueError(f"expected an integer, got {v!r}")
-    return v
-
-
-def _str(v: DBusValue) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"expected a string, got {v!r}")
-    return v
-
-
-def _timestamp(v: DBusValue) -> float:
-    sec, nsec = _tuple(v)
-    return _int(sec) + _int(nsec) / 1e9
 
 
 _FLAT_PROTOCOLS = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42", "9P")
@@ -388,9 +93,9 @@ def _used_protocols(middle: tuple[DBusValue, ...]) -> frozenset[str]:
     used: set[str] = set()
     if len(middle) == 1 and isinstance(middle[0], tuple):
         for item in middle[0]:
-            name, flag = _tuple(item)
+            name, flag = as_tuple(item)
             if flag is True:
-                used.add(_str(name))
+                used.add(as_str(name))
         return frozenset(used)
     for name, flag in zip(_FLAT_PROTOCOLS, middle, strict=False):
         if flag is True:
@@ -460,11 +165,11 @@ def parse_show_exports(text: str) -> tuple[float, list[ExportActivity]]:
     values = parse_dbus_reply(text)
     stamp, rows = values[0], values[1]
     out: list[ExportActivity] = []
-    for row in _list(rows):
-        eid, path, *protos, last = _tuple(row)
-        out.append(ExportActivity(_int(eid), _str(path), _used_protocols(tuple(protos)),
-                                  _timestamp(last)))
-    return _timestamp(stamp), out
+    for row in as_list(rows):
+        eid, path, *protos, last = as_tuple(row)
+        out.append(ExportActivity(as_int(eid), as_str(path), _used_protocols(tuple(protos)),
+                                  as_timestamp(last)))
+    return as_timestamp(stamp), out
 
 
 # Sample (ganesha 4.3, after one libnfs client in the namespace used NFSv3):
@@ -498,10 +203,10 @@ def parse_show_clients(text: str) -> tuple[float, list[ClientActivity]]:
     values = parse_dbus_reply(text)
     stamp, rows = values[0], values[1]
     out: list[ClientActivity] = []
-    for row in _list(rows):
-        addr, *protos, last = _tuple(row)
-        out.append(ClientActivity(_str(addr), _used_protocols(tuple(protos)), _timestamp(last)))
-    return _timestamp(stamp), out
+    for row in as_list(rows):
+        addr, *protos, last = as_tuple(row)
+        out.append(ClientActivity(as_str(addr), _used_protocols(tuple(protos)), as_timestamp(last)))
+    return as_timestamp(stamp), out
 
 
 @dataclass(frozen=True)
@@ -537,8 +242,8 @@ class ExportDisplay:
 def parse_display_export(text: str) -> ExportDisplay:
     values = parse_dbus_reply(text)
     eid, path, pseudo, tag, clients = values[:5]
-    matches = tuple(_str(_tuple(c)[0]) for c in _list(clients))
-    return ExportDisplay(_int(eid), _str(path), _str(pseudo), _str(tag), matches)
+    matches = tuple(as_str(as_tuple(c)[0]) for c in as_list(clients))
+    return ExportDisplay(as_int(eid), as_str(path), as_str(pseudo), as_str(tag), matches)
 
 
 # Samples (ganesha 4.3): the reply of AddExport/UpdateExport is one string; config
@@ -551,15 +256,52 @@ def parse_display_export(text: str) -> ExportDisplay:
 # (the Config File line is one line in the reply; split here at the backslash)
 def parse_export_message(text: str) -> tuple[str, list[str]]:
     """AddExport/UpdateExport reply -> (summary, list of config errors ganesha skipped)."""
-    message = _str(parse_dbus_reply(text)[0])
+    message = as_str(parse_dbus_reply(text)[0])
     summary, _, rest = message.partition("Errors found:")
     errors = [ln.strip() for ln in rest.splitlines() if ln.strip()]
     return summary.strip().rstrip("."), errors
 
 
-# ---------------------------------------------------------------------------------------
-# The real adapter
-# ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Activity:
+    """Who used what, as ganesha knows it: one ShowExports and one ShowClients."""
+
+    now: float  # ganesha's clock when ShowClients answered
+    exports: Mapping[int, ExportActivity]
+    clients: tuple[ClientActivity, ...] = ()
+
+
+class GaneshaHost(Protocol):
+    def available(self) -> bool:
+        """True when ganesha answers on DBus."""
+
+    def list_exports(self) -> list[LiveExport]:
+        """Exports ganesha serves now (without the pseudo root, id 0): one DBus call."""
+
+    def get_export(self, export_id: int) -> ExportDisplay | None:
+        """One live export with its pseudo path and client matches; None if not live."""
+
+    def rendered(self, export_id: int) -> str | None:
+        """The export block ZDS last wrote for ``export_id`` (None if no file)."""
+
+    def add_export(self, spec: ExportSpec) -> None: ...
+
+    def add_exports(self, specs: Sequence[ExportSpec]) -> dict[int, ZdsError]:
+        """Adds many exports in one go (start-up); returns the ones that failed, by id.
+        Each failure is what :meth:`add_export` would have raised for that spec."""
+
+    def update_export(self, spec: ExportSpec) -> None:
+        """Change clients/access live; connected clients keep their mounts."""
+
+    def remove_export(self, export_id: int) -> None:
+        """Remove live and delete the file. Unknown id: no error."""
+
+    def activity(self) -> Activity:
+        """Per-export and per-client activity, for every export at once."""
+
+    def connected_clients(self, export_id: int) -> list[str]:
+        """Client addresses with state/IO on this export now (refuse delete if any)."""
+
 
 DBUS_DEST = "org.ganesha.nfsd"
 EXPORT_MGR = "/org/ganesha/nfsd/ExportMgr"
@@ -632,6 +374,40 @@ def client_admitted(address: str, matches: tuple[str, ...]) -> bool:
     return False
 
 
+def active_clients(activity: Activity, export_id: int, matches: Iterable[str],
+                   window: float | None = 600.0) -> list[str]:
+    """Clients that may be using ``export_id`` now, as far as ganesha can tell.
+
+    ganesha does not track which client uses which export (NFSv3 is stateless and it
+    does not keep a mount list). What it does keep: per export, the protocols used on
+    it and the time of its last request (ShowExports); per client address, the
+    protocols it used and its last request (ShowClients, never pruned until restart).
+    So this returns the clients that (1) the export's CLIENT ``matches`` admit, (2) used
+    the export's protocol family, (3) made a request within ``window`` seconds, and
+    only if the export itself saw a request within that window. It can over-report a
+    client that uses another export with the same rules (safe for "refuse delete");
+    it misses a client that has been silent longer than the window.
+    """
+    row = activity.exports.get(export_id)
+    if row is None or not row.protocols_used:
+        return []
+    if window is not None and activity.now - row.last_activity > window:
+        return []
+    families = frozenset().union(
+        *(names for names in _PROTOCOL_NAMES.values() if names & row.protocols_used)
+    )
+    admitted = tuple(matches)
+    found: set[str] = set()
+    for c in activity.clients:
+        if not c.protocols_used & families:
+            continue
+        if window is not None and activity.now - c.last_activity > window:
+            continue
+        if client_admitted(c.address, admitted):
+            found.add(_client_address(c.address))
+    return sorted(found)
+
+
 class Ganesha:
     """nfs-ganesha through ``dbus-send`` (package dbus-bin) and export files.
 
@@ -641,6 +417,11 @@ class Ganesha:
     ``active_window`` (seconds) bounds how old a client's last request may be for
     :meth:`connected_clients` to still report it (None: any client ganesha still tracks).
     """
+
+    # ganesha lets one export admin operation run at a time and refuses the others with
+    # "another export admin operation is in progress, try again later"
+    BUSY_RETRIES = 20
+    BUSY_SLEEP = 0.25
 
     def __init__(
         self,
@@ -660,6 +441,16 @@ class Ganesha:
     # -- DBus plumbing -------------------------------------------------------------------
 
     def _call(self, obj: str, method: str, *args: str) -> str:
+        for attempt in range(self.BUSY_RETRIES):
+            try:
+                return self._call_once(obj, method, *args)
+            except GaneshaRefused as exc:
+                if "try again later" not in exc.text or attempt == self.BUSY_RETRIES - 1:
+                    raise
+                time.sleep(self.BUSY_SLEEP)
+        raise AssertionError("unreachable")
+
+    def _call_once(self, obj: str, method: str, *args: str) -> str:
         bus = f"--bus={self.dbus_address}" if self.dbus_address else "--system"
         argv = [
             "dbus-send", bus, "--print-reply", f"--reply-timeout={int(self.reply_timeout * 1000)}",
@@ -702,15 +493,6 @@ class Ganesha:
         text = self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.ShowExports")
         return self._parse("ShowExports", parse_show_exports, text)[1]
 
-    def _display(self, export_id: int) -> ExportDisplay | None:
-        try:
-            text = self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.DisplayExport", f"uint16:{export_id}")
-        except GaneshaRefused as exc:
-            if "not found" in exc.text:
-                return None
-            raise
-        return self._parse("DisplayExport", parse_display_export, text)
-
     # -- GaneshaHost -----------------------------------------------------------------------
 
     def available(self) -> bool:
@@ -721,13 +503,18 @@ class Ganesha:
         return True
 
     def list_exports(self) -> list[LiveExport]:
-        """ShowExports, then DisplayExport for each export (the only call that gives the
-        pseudo path), a few at a time: ~0.45 s per 100 exports here sequentially."""
-        ids = sorted(r.export_id for r in self._show_exports() if r.export_id != 0)
-        with ThreadPoolExecutor(max_workers=4) as pool:
-            shown = list(pool.map(self._display, ids))
-        # None: removed between the two calls
-        return [LiveExport(d.export_id, d.path, d.pseudo) for d in shown if d is not None]
+        return sorted((LiveExport(r.export_id, r.path) for r in self._show_exports()
+                       if r.export_id != 0), key=lambda e: e.export_id)
+
+    def get_export(self, export_id: int) -> ExportDisplay | None:
+        check_export_id(export_id)
+        try:
+            text = self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.DisplayExport", f"uint16:{export_id}")
+        except GaneshaRefused as exc:
+            if "not found" in exc.text:
+                return None
+            raise
+        return self._parse("DisplayExport", parse_display_export, text)
 
     def rendered(self, export_id: int) -> str | None:
         try:
@@ -738,21 +525,16 @@ class Ganesha:
     def add_export(self, spec: ExportSpec) -> None:
         """Add live; an export already live under this id (same path) is updated instead.
 
-        Two DBus calls on the way (ShowExports, AddExport), whatever the number of
-        exports; the slower per-export look-up runs only to explain a refusal."""
+        Two DBus calls (ShowExports, AddExport) whatever the number of exports; the
+        per-export look-ups that explain a refusal run only after one."""
         s = check_spec(spec)
         text = render_export_block(s)
         self._check_path(s)
         rows = {r.export_id: r for r in self._show_exports() if r.export_id != 0}
+        self._check_unique(s, rows)
         if s.export_id in rows:
-            self._check_same_path(s, rows[s.export_id].path)
             self._apply_explained(s, text, "UpdateExport")
             return
-        for r in rows.values():
-            if r.path == s.path:
-                raise Conflict(
-                    f"{s.path} is already exported by live NFS export {r.export_id}"
-                )
         try:
             self._apply_explained(s, text, "AddExport")
         except GaneshaRefused as exc:
@@ -760,64 +542,114 @@ class Ganesha:
                 raise
             self._apply_explained(s, text, "UpdateExport")  # added meanwhile by someone else
 
+    def add_exports(self, specs: Sequence[ExportSpec]) -> dict[int, ZdsError]:
+        """One ShowExports, one AddExport for every block at once, one ShowExports to see
+        what took, whatever the number of exports.
+
+        Whatever the batch did not make live cleanly (a block ganesha skipped, refused
+        or reported errors for, or the rest of the batch after a hard error) is added
+        again one by one, so each failure is :meth:`add_export`'s precise one."""
+        failed: dict[int, ZdsError] = {}
+        rows = {r.export_id: r for r in self._show_exports() if r.export_id != 0}
+        ready: list[tuple[ExportSpec, str]] = []
+        updates: list[ExportSpec] = []
+        for spec in specs:
+            try:
+                s = check_spec(spec)
+                self._check_path(s)
+                self._check_unique(s, rows)
+                text = render_export_block(s)
+            except ZdsError as exc:
+                failed[spec.export_id] = exc
+                continue
+            if s.export_id in rows:
+                updates.append(s)
+            else:
+                ready.append((s, text))
+                # later blocks of the batch must not take this one's path either
+                rows[s.export_id] = ExportActivity(s.export_id, s.path, frozenset(), 0.0)
+        for s in updates:
+            try:
+                self._apply_explained(s, render_export_block(s), "UpdateExport")
+            except ZdsError as exc:
+                failed[s.export_id] = exc
+        if not ready:
+            return failed
+        olds = {s.export_id: self.rendered(s.export_id) for s, _ in ready}
+        for s, text in ready:
+            _write_atomic(self._file(s.export_id), text)
+        batch, starts = _batch_text(ready)
+        fd, tmp = tempfile.mkstemp(prefix=".batch-", suffix=".conf", dir=self._dir())
+        retry = {s.export_id for s, _ in ready}
+        live: set[int] = set()
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(batch)
+            os.chmod(tmp, 0o644)
+            try:
+                reply = self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.AddExport", f"string:{tmp}",
+                                   "string:EXPORT(Export_Id=*)")
+                _summary, errors = self._parse("AddExport", parse_export_message, reply)
+            except GaneshaRefused:
+                errors = []  # a hard error part-way: what is live is checked below
+            live = {r.export_id for r in self._show_exports()}
+            bad = {eid for eid in (_errors_at(e, tmp, starts) for e in errors) if eid}
+            if errors and not bad:
+                bad = set(retry)  # errors we cannot place: redo them all one by one
+            retry = {eid for eid in retry if eid not in live or eid in bad}
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        for s, _text in ready:
+            if s.export_id not in retry:
+                continue
+            _restore(self._file(s.export_id), olds[s.export_id])
+            try:
+                if s.export_id in live:
+                    self._remove_live(s.export_id)
+                self.add_export(s)
+            except ZdsError as exc:
+                failed[s.export_id] = exc
+        return failed
+
     def update_export(self, spec: ExportSpec) -> None:
         s = check_spec(spec)
         text = render_export_block(s)
-        rows = {r.export_id: r for r in self._show_exports() if r.export_id != 0}
-        if s.export_id not in rows:
+        live = self.get_export(s.export_id)
+        if live is None:
             raise NotFound(f"NFS export {s.export_id} is not live in nfs-ganesha")
-        self._check_same_path(s, rows[s.export_id].path)
+        self._check_same_path(s, live.path)
         self._apply_explained(s, text, "UpdateExport")
 
     def remove_export(self, export_id: int) -> None:
         check_export_id(export_id)
-        try:
-            self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.RemoveExport", f"uint16:{export_id}")
-        except GaneshaRefused as exc:
-            if "not found" not in exc.text:
-                raise
+        self._remove_live(export_id)
         self._file(export_id).unlink(missing_ok=True)
 
-    def connected_clients(self, export_id: int) -> list[str]:
-        """Clients that may be using ``export_id`` now, as far as ganesha can tell.
-
-        ganesha does not track which client uses which export (NFSv3 is stateless and it
-        does not keep a mount list). What it does keep: per export, the protocols used on
-        it and the time of its last request (ShowExports); per client address, the
-        protocols it used and its last request (ShowClients, never pruned until restart).
-        So this returns the clients that (1) the export's CLIENT rules admit, (2) used
-        the export's protocol family, (3) made a request within ``active_window``, and
-        only if the export itself saw a request within that window. It can over-report a
-        client that uses another export with the same rules (safe for "refuse delete");
-        it misses a client that has been silent longer than the window.
-        """
-        check_export_id(export_id)
-        rows = {r.export_id: r for r in self._show_exports()}
-        row = rows.get(export_id)
-        if row is None or not row.protocols_used:
-            return []
-        shown = self._display(export_id)
-        if shown is None:
-            return []
+    def activity(self) -> Activity:
+        rows = self._show_exports()
         text = self._call(CLIENT_MGR, f"{IF_CLIENT_MGR}.ShowClients")
         now, clients = self._parse("ShowClients", parse_show_clients, text)
-        window = self.active_window
-        if window is not None and now - row.last_activity > window:
+        return Activity(now, {r.export_id: r for r in rows}, tuple(clients))
+
+    def connected_clients(self, export_id: int) -> list[str]:
+        """:func:`active_clients` with the CLIENT matches ganesha resolved for the export
+        (host names as addresses), within ``active_window``."""
+        check_export_id(export_id)
+        act = self.activity()
+        row = act.exports.get(export_id)
+        if row is None or not row.protocols_used:
             return []
-        families = frozenset().union(
-            *(names for names in _PROTOCOL_NAMES.values() if names & row.protocols_used)
-        )
-        found: set[str] = set()
-        for c in clients:
-            if not c.protocols_used & families:
-                continue
-            if window is not None and now - c.last_activity > window:
-                continue
-            if client_admitted(c.address, shown.clients):
-                found.add(_client_address(c.address))
-        return sorted(found)
+        shown = self.get_export(export_id)
+        if shown is None:
+            return []
+        return active_clients(act, export_id, shown.clients, self.active_window)
 
     # -- helpers -----------------------------------------------------------------------------
+
+    def _dir(self) -> Path:
+        self.exports_dir.mkdir(parents=True, exist_ok=True)
+        return self.exports_dir
 
     def _file(self, export_id: int) -> Path:
         return self.exports_dir / export_file_name(export_id)
@@ -828,6 +660,16 @@ class Ganesha:
                 f"cannot export {s.path}: no such directory on this host (is the dataset "
                 "mounted?)"
             )
+
+    @staticmethod
+    def _check_unique(s: ExportSpec, rows: Mapping[int, ExportActivity]) -> None:
+        """An export keeps its path; a path is served by one export only."""
+        live = rows.get(s.export_id)
+        if live is not None:
+            Ganesha._check_same_path(s, live.path)
+        for r in rows.values():
+            if r.export_id != s.export_id and r.path == s.path:
+                raise Conflict(f"{s.path} is already exported by live NFS export {r.export_id}")
 
     @staticmethod
     def _check_same_path(s: ExportSpec, live_path: str) -> None:
@@ -845,11 +687,13 @@ class Ganesha:
         except GaneshaRefused as exc:
             if "already active" in exc.text:
                 raise
-            for e in self.list_exports():
-                if e.export_id != s.export_id and e.pseudo == s.pseudo:
+            others = [r for r in self._show_exports() if r.export_id not in (0, s.export_id)]
+            for r in others:
+                shown = self.get_export(r.export_id)
+                if shown is not None and shown.pseudo == s.pseudo:
                     raise Conflict(
                         f"pseudo path {s.pseudo} is already used by live NFS export "
-                        f"{e.export_id} ({e.path})"
+                        f"{r.export_id} ({r.path})"
                     ) from exc
             raise
 
@@ -866,10 +710,10 @@ class Ganesha:
             )  # fmt: skip
             _summary, errors = self._parse(method, parse_export_message, reply)
         except BaseException:
-            self._restore(path, old)
+            _restore(path, old)
             raise
         if errors:
-            self._restore(path, old)
+            _restore(path, old)
             if method == "AddExport":
                 self._remove_live(s.export_id)
             elif old is not None:
@@ -890,18 +734,41 @@ class Ganesha:
             if "not found" not in exc.text:
                 raise
 
-    def _restore(self, path: Path, old: str | None) -> None:
-        if old is None:
-            path.unlink(missing_ok=True)
-        else:
-            _write_atomic(path, old)
+
+def _batch_text(ready: Sequence[tuple[ExportSpec, str]]) -> tuple[str, list[tuple[int, int]]]:
+    """The blocks one after another, and (first line, export id) of each, to place the
+    "Config File (FILE:LINE)" of an error in its block."""
+    parts: list[str] = []
+    starts: list[tuple[int, int]] = []
+    line = 1
+    for s, text in ready:
+        starts.append((line, s.export_id))
+        parts.append(text)
+        line += text.count("\n")
+    return "".join(parts), starts
 
 
-def check_export_id(export_id: int) -> None:
-    if isinstance(export_id, bool) or not isinstance(export_id, int):
-        raise InvalidInput("export id must be an integer")
-    if not 1 <= export_id <= MAX_EXPORT_ID:
-        raise InvalidInput(f"export id {export_id} is outside 1..{MAX_EXPORT_ID}")
+_CONFIG_AT = re.compile(r"Config File \(([^:()]+):(\d+)\)")
+
+
+def _errors_at(error: str, file: str, starts: Sequence[tuple[int, int]]) -> int | None:
+    """The export id whose block holds the line an AddExport error names, if it does."""
+    m = _CONFIG_AT.search(error)
+    if m is None or m.group(1) != file:
+        return None
+    line = int(m.group(2))
+    found = None
+    for first, eid in starts:
+        if first <= line:
+            found = eid
+    return found
+
+
+def _restore(path: Path, old: str | None) -> None:
+    if old is None:
+        path.unlink(missing_ok=True)
+    else:
+        _write_atomic(path, old)
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -24,6 +24,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from appliance.errors import Unavailable
 from appliance.host.run import Runner
@@ -42,6 +43,16 @@ def parse_initiator_name(text: str) -> str | None:
 
 def by_path(iqn: str, host: str, port: int, lun: int = 0) -> str:
     return f"/dev/disk/by-path/ip-{host}:{port}-iscsi-{iqn}-lun-{lun}"
+
+
+class Initiator(Protocol):
+    """Logs this machine in to an iSCSI target (:class:`IscsiInitiator`; fakes in tests)."""
+
+    def initiator_name(self) -> str: ...
+
+    def login(self, iqn: str, host: str, port: int, timeout: float = 30.0) -> str: ...
+
+    def logout(self, iqn: str, host: str, port: int) -> None: ...
 
 
 class IscsiInitiator:

@@ -24,15 +24,23 @@ More precisely (held by ``appliance.host.contract.lio_checks``):
 
 from __future__ import annotations
 
+import glob
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, Unavailable
+from appliance.errors import (
+    Conflict,
+    HostCommandFailed,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    ZdsError,
+)
 
 # VAAI and thin-provisioning attributes ZDS sets on every zvol LUN (ESXi needs them).
 VAAI_ATTRIBUTES: Mapping[str, int] = {
@@ -89,7 +97,10 @@ class LioHost(Protocol):
     def available(self) -> bool: ...
 
     def list_targets(self) -> list[LiveTarget]:
-        """Every iSCSI target in configfs (ZDS filters its own by IQN prefix)."""
+        """Every iSCSI target in configfs (ZDS filters its own by IQN prefix): one walk."""
+
+    def get_target(self, iqn: str) -> LiveTarget | None:
+        """One target as :meth:`list_targets` would show it; None when it does not exist."""
 
     def list_backstores(self) -> list[str]:
         """Names of block backstores (to find orphans)."""
@@ -98,6 +109,10 @@ class LioHost(Protocol):
         """Create or change the target so configfs matches ``spec`` exactly: TPG 1
         enabled, portals, block backstores with serial + attributes, LUNs, ACLs with
         mapped LUNs and CHAP; ACLs/LUNs not in ``spec`` are removed. Idempotent."""
+
+    def apply_targets(self, specs: Sequence[TargetSpec]) -> dict[str, ZdsError]:
+        """:meth:`apply_target` for many targets in one pass over configfs (start-up);
+        returns the ones that failed, by IQN, each with the error apply_target raises."""
 
     def remove_target(self, iqn: str) -> None:
         """Delete the target and the backstores its LUNs used. Missing: no error."""
@@ -190,6 +205,179 @@ def _is_block_device(path: str) -> bool:
         return False
 
 
+CONFIGFS_TARGET = "/sys/kernel/config/target"
+
+
+@dataclass(frozen=True)
+class BackstoreInfo:
+    """A block backstore as configfs shows it (core/<hba>/<name>)."""
+
+    name: str
+    hba: str  # e.g. iblock_3
+    device: str  # udev_path
+    serial: str  # the unit serial the NAA WWN derives from
+
+
+def _read(path: str) -> str | None:
+    """A configfs attribute, stripped; None when it vanished (a writer removed it)."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def _auth(value: str | None) -> str:
+    # the kernel shows an unset CHAP field as "" or "NULL" (rtslib: utils._get_auth_attr)
+    return "" if value in (None, "NULL") else value or ""
+
+
+class ConfigfsReader:
+    """Reads LIO's iSCSI targets and block backstores straight from configfs with plain
+    directory listings and file reads: no rtslib objects, no lock, and safe beside a
+    writer (an entry that vanishes mid-read is skipped). Listing every target is one
+    walk of ``iscsi/``; one target or backstore is a handful of reads.
+
+    Layout read (kernel target_core_configfs.c, iscsi_target_configfs.c)::
+
+        core/iblock_3/zds-ds1/udev_path                 /dev/zvol/tank/datastores/ds1
+        core/iblock_3/zds-ds1/wwn/vpd_unit_serial       T10 VPD Unit Serial Number: 6a1e...
+        core/iblock_3/zds-ds1/attrib/emulate_tpu        1
+        iscsi/<iqn>/tpgt_1/np/0.0.0.0:3260/
+        iscsi/<iqn>/tpgt_1/lun/lun_0/<link> -> ../../../../../../target/core/iblock_3/zds-ds1
+        iscsi/<iqn>/tpgt_1/acls/<initiator>/auth/{userid,password,userid_mutual,...}
+        iscsi/<iqn>/tpgt_1/acls/<initiator>/info        "No active iSCSI Session for ..."
+                                                        or "InitiatorName: ..." when logged in
+    """
+
+    def __init__(self, root: str = CONFIGFS_TARGET) -> None:
+        self.root = root
+
+    def present(self) -> bool:
+        """configfs is mounted with target_core_mod loaded."""
+        return os.path.isdir(os.path.join(self.root, "core"))
+
+    def backstores(self) -> dict[str, BackstoreInfo]:
+        """Every block backstore by name (one listing per HBA: LIO/rtslib give each
+        backstore an HBA of its own)."""
+        out: dict[str, BackstoreInfo] = {}
+        core = os.path.join(self.root, "core")
+        for hba in _listdir(core):
+            if not hba.startswith("iblock_"):
+                continue
+            for name in _listdir(os.path.join(core, hba)):
+                info = self._backstore_at(hba, name)
+                if info is not None:
+                    out[name] = info
+        return out
+
+    def free_hba_index(self) -> int:
+        """The lowest N without a core/iblock_N (one listing; rtslib would scan every
+        backstore to find it)."""
+        used = {int(h[7:]) for h in _listdir(os.path.join(self.root, "core"))
+                if h.startswith("iblock_") and h[7:].isdigit()}
+        return next(i for i in range(len(used) + 1) if i not in used)
+
+    def backstore(self, name: str) -> BackstoreInfo | None:
+        for path in glob.glob(os.path.join(glob.escape(self.root), "core", "iblock_*",
+                                           glob.escape(name))):
+            info = self._backstore_at(os.path.basename(os.path.dirname(path)), name)
+            if info is not None:
+                return info
+        return None
+
+    def _backstore_at(self, hba: str, name: str) -> BackstoreInfo | None:
+        base = os.path.join(self.root, "core", hba, name)
+        device = _read(os.path.join(base, "udev_path"))
+        serial = _read(os.path.join(base, "wwn", "vpd_unit_serial"))
+        if device is None or serial is None:
+            return None  # not a storage object (hba_info, hba_mode) or vanished
+        return BackstoreInfo(name, hba, device, serial.partition(":")[2].strip())
+
+    def _attributes(self, hba: str, name: str) -> dict[str, int]:
+        attrs: dict[str, int] = {}
+        for key in VAAI_ATTRIBUTES:
+            value = _read(os.path.join(self.root, "core", hba, name, "attrib", key))
+            if value is not None and value.lstrip("-").isdigit():
+                attrs[key] = int(value)
+        return attrs
+
+    def target_iqns(self) -> list[str]:
+        base = os.path.join(self.root, "iscsi")
+        return [n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))
+                and n not in ("discovery_auth", "lio_version", "version", "cpus_allowed_list")]
+
+    def targets(self) -> list[LiveTarget]:
+        out = []
+        for iqn in self.target_iqns():
+            live = self.target(iqn)
+            if live is not None:
+                out.append(live)
+        return out
+
+    def target(self, iqn: str) -> LiveTarget | None:
+        tdir = os.path.join(self.root, "iscsi", iqn)
+        if not os.path.isdir(tdir):
+            return None
+        tpg = os.path.join(tdir, "tpgt_1")
+        if not os.path.isdir(tpg):
+            return LiveTarget(TargetSpec(iqn, (), (), ()))
+        luns: list[LunSpec] = []
+        for entry in _listdir(os.path.join(tpg, "lun")):
+            if not entry.startswith("lun_"):
+                continue
+            lun = self._lun(os.path.join(tpg, "lun", entry), int(entry[4:]))
+            if lun is not None:
+                luns.append(lun)
+        acls: list[AclSpec] = []
+        sessions: list[str] = []
+        for initiator in _listdir(os.path.join(tpg, "acls")):
+            adir = os.path.join(tpg, "acls", initiator)
+            user = _auth(_read(os.path.join(adir, "auth", "userid")))
+            chap = None
+            if user:
+                muser = _auth(_read(os.path.join(adir, "auth", "userid_mutual"))) or None
+                mpass = _auth(_read(os.path.join(adir, "auth", "password_mutual"))) or None
+                chap = Chap(user, _auth(_read(os.path.join(adir, "auth", "password"))),
+                            muser, mpass if muser else None)
+            acls.append(AclSpec(initiator, chap))
+            info = _read(os.path.join(adir, "info"))
+            if info and not info.startswith("No active"):
+                sessions.append(initiator)
+        portals = []
+        for np in _listdir(os.path.join(tpg, "np")):
+            host, _, port = np.rpartition(":")
+            if port.isdigit():
+                portals.append((host.strip("[]"), int(port)))
+        spec = TargetSpec(iqn=iqn, luns=tuple(sorted(luns, key=lambda x: x.lun)),
+                          acls=tuple(sorted(acls, key=lambda a: a.initiator)),
+                          portals=tuple(sorted(portals)))
+        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)))
+
+    def _lun(self, ldir: str, number: int) -> LunSpec | None:
+        for entry in _listdir(ldir):
+            path = os.path.join(ldir, entry)
+            if not os.path.islink(path):
+                continue
+            try:
+                hba, name = os.readlink(path).rstrip("/").split("/")[-2:]
+            except (OSError, ValueError):
+                return None
+            info = self._backstore_at(hba, name)
+            if info is None:
+                return None
+            return LunSpec(backstore=name, device=info.device, serial=info.serial,
+                           lun=number, attributes=self._attributes(hba, name))
+        return None
+
+
 class Lio:
     """:class:`LioHost` on the kernel target through rtslib-fb, in this process.
 
@@ -199,8 +387,10 @@ class Lio:
     exists (default: it is a block device node).
     """
 
-    def __init__(self, device_check: Callable[[str], bool] = _is_block_device) -> None:
+    def __init__(self, device_check: Callable[[str], bool] = _is_block_device,
+                 configfs_root: str = CONFIGFS_TARGET) -> None:
         self._device_check = device_check
+        self.reader = ConfigfsReader(configfs_root)
 
     # ---- rtslib plumbing ----------------------------------------------------------
     @staticmethod
@@ -216,7 +406,7 @@ class Lio:
         """(rtslib module, RTSRoot, iSCSI fabric); rtslib/OS errors become engine errors."""
         rtslib = self._rtslib()
         # rtslib caches backstore indexes per process (tcm.bs_cache); this process lives
-        # long and targetcli may run beside it, so every operation rescans configfs.
+        # long and targetcli may run beside it, so every session rescans configfs once.
         cache = getattr(getattr(rtslib, "tcm", None), "bs_cache", None)
         if isinstance(cache, dict):
             cache.clear()
@@ -231,8 +421,22 @@ class Lio:
             fabric = rtslib.FabricModule("iscsi")
         except (rtslib.RTSLibError, OSError) as exc:
             raise Unavailable(f"LIO is not available ({what}): {exc}") from exc
-        try:
+        # The kernel writes persistent-reservation (APTPL) and ALUA state under its
+        # dbroot and fails PR OUT REGISTER when <dbroot>/pr is missing.
+        db = getattr(root, "dbroot", None)
+        if isinstance(db, str) and db.startswith("/"):
+            for sub in ("pr", "alua"):
+                with suppress(OSError):
+                    os.makedirs(os.path.join(db, sub), exist_ok=True)
+        with self._errors(rtslib, what):
             yield rtslib, root, fabric
+
+    @staticmethod
+    @contextmanager
+    def _errors(rtslib: Any, what: str) -> Iterator[None]:
+        """rtslib's and the OS's errors as engine errors."""
+        try:
+            yield
         except rtslib.RTSLibError as exc:
             text = str(exc)
             if "in use" in text or "busy" in text.lower():
@@ -242,8 +446,9 @@ class Lio:
             raise HostCommandFailed(f"LIO failed to {what}: {exc}") from exc
 
     @staticmethod
-    def _block_objects(root: Any) -> dict[str, Any]:
-        return {so.name: so for so in root.storage_objects if so.plugin == "block"}
+    def _block_object(rtslib: Any, info: BackstoreInfo) -> Any:
+        """The rtslib object of a backstore the reader found (no scan of the others)."""
+        return rtslib.BlockStorageObject(info.name, index=int(info.hba.rsplit("_", 1)[1]))
 
     @staticmethod
     def _find_target(rtslib: Any, fabric: Any, iqn: str) -> Any | None:
@@ -261,58 +466,33 @@ class Lio:
         except rtslib.RTSLibError:
             return None
 
-    # ---- LioHost ------------------------------------------------------------------
+    # ---- LioHost: reading (configfs directly, see ConfigfsReader) -------------------
     def available(self) -> bool:
-        try:
-            with self._session("read the configuration") as (_rtslib, root, fabric):
-                fabric._check_self()  # loads iscsi_target_mod if needed
-                list(root.storage_objects)
+        if self.reader.present() and os.path.isdir(os.path.join(self.reader.root, "iscsi")):
+            return True
+        try:  # not loaded yet: rtslib loads target_core_mod and iscsi_target_mod
+            with self._session("read the configuration") as (_rtslib, _root, fabric):
+                fabric._check_self()
         except (Unavailable, HostCommandFailed):
             return False
-        return True
+        return self.reader.present()
 
     def list_backstores(self) -> list[str]:
-        with self._session("list backstores") as (_rtslib, root, _fabric):
-            return sorted(self._block_objects(root))
+        self._require()
+        return sorted(self.reader.backstores())
 
     def list_targets(self) -> list[LiveTarget]:
-        out: list[LiveTarget] = []
-        with self._session("list targets") as (rtslib, _root, fabric):
-            if not fabric.exists:
-                return []
-            for target in fabric.targets:
-                tpg = self._tpg1(rtslib, target)
-                if tpg is None:
-                    out.append(LiveTarget(TargetSpec(target.wwn, (), (), ())))
-                    continue
-                out.append(self._read_target(target, tpg))
-        return sorted(out, key=lambda t: t.spec.iqn)
+        self._require()
+        return self.reader.targets()
 
-    @staticmethod
-    def _read_target(target: Any, tpg: Any) -> LiveTarget:
-        luns: list[LunSpec] = []
-        for lun in tpg.luns:
-            so = lun.storage_object
-            attrs = {k: int(so.get_attribute(k)) for k in VAAI_ATTRIBUTES}
-            luns.append(LunSpec(backstore=so.name, device=so.udev_path, serial=so.wwn,
-                                lun=int(lun.lun), attributes=attrs))
-        acls: list[AclSpec] = []
-        sessions: list[str] = []
-        for acl in tpg.node_acls:
-            user = acl.chap_userid or ""
-            chap = None
-            if user:
-                muser = acl.chap_mutual_userid or None
-                chap = Chap(user, acl.chap_password or "", muser,
-                            (acl.chap_mutual_password or None) if muser else None)
-            acls.append(AclSpec(acl.node_wwn, chap))
-            if acl.session:
-                sessions.append(acl.node_wwn)
-        portals = sorted((np.ip_address, int(np.port)) for np in tpg.network_portals)
-        spec = TargetSpec(iqn=target.wwn, luns=tuple(sorted(luns, key=lambda x: x.lun)),
-                          acls=tuple(sorted(acls, key=lambda a: a.initiator)),
-                          portals=tuple(portals))
-        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)))
+    def get_target(self, iqn: str) -> LiveTarget | None:
+        self._require()
+        return self.reader.target(iqn)
+
+    def _require(self) -> None:
+        if not self.reader.present():
+            raise Unavailable("LIO is not available: configfs target (target_core_mod) "
+                              "is not loaded")
 
     def tpg_attributes(self, iqn: str) -> dict[str, int]:
         with self._session("read TPG attributes") as (rtslib, _root, fabric):
@@ -325,124 +505,194 @@ class Lio:
             attrs["enable"] = int(bool(tpg.enable))
             return attrs
 
+
+    # ---- LioHost: changing (rtslib) -------------------------------------------------
     def apply_target(self, spec: TargetSpec) -> None:
+        """Reads only this target's backstores, so its cost does not grow with the
+        number of targets; a device another backstore holds is refused by the kernel
+        (exclusive open, rtslib's is_dev_in_use) and reported as Conflict."""
+        self._check(spec)
+        with self._session(f"configure target {spec.iqn}") as (rtslib, _root, fabric):
+            index = {lun.backstore: info for lun in spec.luns
+                     if (info := self.reader.backstore(lun.backstore)) is not None}
+            self._apply(rtslib, fabric, spec, index)
+
+    def apply_targets(self, specs: Sequence[TargetSpec]) -> dict[str, ZdsError]:
+        """One rtslib session and one read of the backstores for the whole batch."""
+        failed: dict[str, ZdsError] = {}
+        todo: list[TargetSpec] = []
+        for spec in specs:
+            try:
+                self._check(spec)
+                todo.append(spec)
+            except ZdsError as exc:
+                failed[spec.iqn] = exc
+        if not todo:
+            return failed
+        with self._session("configure targets") as (rtslib, _root, fabric):
+            index = self.reader.backstores()
+            for spec in todo:
+                try:
+                    with self._errors(rtslib, f"configure target {spec.iqn}"):
+                        self._apply(rtslib, fabric, spec, index)
+                except ZdsError as exc:
+                    failed[spec.iqn] = exc
+                for lun in spec.luns:  # what it made, for the checks of the next ones
+                    info = self.reader.backstore(lun.backstore)
+                    if info is not None:
+                        index[lun.backstore] = info
+        return failed
+
+    def _check(self, spec: TargetSpec) -> None:
         check_spec(spec)
         for lun in spec.luns:
             if not self._device_check(lun.device):
                 raise NotFound(f"cannot export {lun.device}: no such block device")
-        with self._session(f"configure target {spec.iqn}") as (rtslib, root, fabric):
-            self._check_backstores(root, spec)
-            target = rtslib.Target(fabric, spec.iqn, mode="any")
-            tpg: Any = rtslib.TPG(target, 1, mode="any")
-            # portals
-            have = {(np.ip_address, int(np.port)): np for np in tpg.network_portals}
-            for addr, np in have.items():
-                if addr not in spec.portals:
-                    np.delete()
-            for host, port in spec.portals:
-                if (host, port) not in have:
-                    rtslib.NetworkPortal(tpg, host, port, mode="create")
-            # LUNs: drop the ones not wanted (their mapped LUNs go with them)
-            wanted = {lun.lun: lun for lun in spec.luns}
-            dropped: set[str] = set()
-            for lun in list(tpg.luns):
-                want = wanted.get(int(lun.lun))
-                name = lun.storage_object.name
-                if want is None or want.backstore != name:
-                    dropped.add(name)
-                    lun.delete()
-            objects = self._block_objects(root)
-            for lun_spec in spec.luns:
-                so = objects.get(lun_spec.backstore)
-                if so is not None and (so.udev_path != lun_spec.device
-                                       or so.wwn != lun_spec.serial):
-                    so.delete()  # also deletes this target's LUNs on it
-                    so = None
-                if so is None:
-                    # the unit serial is set before the LUN is exported: stable NAA WWN
-                    so = rtslib.BlockStorageObject(lun_spec.backstore, dev=lun_spec.device,
-                                                   wwn=lun_spec.serial)
-                for akey, aval in lun_spec.attributes.items():
-                    if so.get_attribute(akey).strip() != str(int(aval)):
-                        so.set_attribute(akey, str(int(aval)))
-                objects[lun_spec.backstore] = so
-            have_luns = {int(lun.lun): lun for lun in tpg.luns}
-            for n, lun_spec in wanted.items():
-                if n not in have_luns:
-                    rtslib.LUN(tpg, n, objects[lun_spec.backstore])
-            for name in dropped - {lun.backstore for lun in spec.luns}:
-                so = self._block_objects(root).get(name)
-                if so is not None and not list(so.attached_luns):
-                    so.delete()
-            # TPG attributes before ACLs, so no initiator gets in without CHAP
-            want_attrs = {**TPG_ATTRIBUTES,
-                          "authentication": int(any(a.chap for a in spec.acls))}
-            for tkey, tval in want_attrs.items():
-                if tpg.get_attribute(tkey).strip() != str(tval):
-                    tpg.set_attribute(tkey, str(tval))
-            # ACLs
-            wanted_acls = {a.initiator: a for a in spec.acls}
-            for acl in list(tpg.node_acls):
-                if acl.node_wwn not in wanted_acls:
-                    acl.delete()  # ends that initiator's session
-            for acl_spec in spec.acls:
-                acl = rtslib.NodeACL(tpg, acl_spec.initiator, mode="any")
-                c = acl_spec.chap
-                values = {
-                    "chap_userid": c.user if c else "",
-                    "chap_password": c.password if c else "",
-                    "chap_mutual_userid": (c.mutual_user or "") if c else "",
-                    "chap_mutual_password": (c.mutual_password or "") if c else "",
-                }
-                for attr, text in values.items():
-                    if (getattr(acl, attr) or "") != text:
-                        setattr(acl, attr, text)
-                current: set[int] = set()
-                for m in list(acl.mapped_luns):
-                    if int(m.mapped_lun) not in wanted or int(m.tpg_lun.lun) != int(m.mapped_lun):
-                        m.delete()
-                    else:
-                        current.add(int(m.mapped_lun))
-                for n in wanted:
-                    if n not in current:
-                        rtslib.MappedLUN(acl, n, tpg_lun=n)
-            if not tpg.enable:
-                tpg.enable = True
 
-    def _check_backstores(self, root: Any, spec: TargetSpec) -> None:
+    def _apply(self, rtslib: Any, fabric: Any, spec: TargetSpec,
+               index: dict[str, BackstoreInfo]) -> None:
+        """Makes one target match ``spec``; ``index`` holds its backstores (or all).
+        A target this call made is removed again when a later step fails, with the
+        backstores made for it, so a refused apply leaves nothing behind."""
+        self._check_backstores(rtslib, spec, index)
+        existed = self._find_target(rtslib, fabric, spec.iqn) is not None
+        try:
+            self._apply_steps(rtslib, fabric, spec, index)
+        except Exception:
+            if not existed:
+                with suppress(Exception):
+                    target = self._find_target(rtslib, fabric, spec.iqn)
+                    if target is not None:
+                        target.delete()
+                for lun in spec.luns:
+                    if lun.backstore in index:
+                        continue  # it was there before
+                    info = self.reader.backstore(lun.backstore)
+                    with suppress(Exception):
+                        if info is not None:
+                            self._block_object(rtslib, info).delete()
+            raise
+
+    def _apply_steps(self, rtslib: Any, fabric: Any, spec: TargetSpec,
+                     index: dict[str, BackstoreInfo]) -> None:
+        target = rtslib.Target(fabric, spec.iqn, mode="any")
+        tpg: Any = rtslib.TPG(target, 1, mode="any")
+        # portals
+        have = {(np.ip_address, int(np.port)): np for np in tpg.network_portals}
+        for addr, np in have.items():
+            if addr not in spec.portals:
+                np.delete()
+        for host, port in spec.portals:
+            if (host, port) not in have:
+                rtslib.NetworkPortal(tpg, host, port, mode="create")
+        # LUNs: drop the ones not wanted (their mapped LUNs go with them)
+        wanted = {lun.lun: lun for lun in spec.luns}
+        dropped: set[str] = set()
+        for lun in list(tpg.luns):
+            want = wanted.get(int(lun.lun))
+            name = lun.storage_object.name
+            if want is None or want.backstore != name:
+                dropped.add(name)
+                lun.delete()
+        objects = {n: self._block_object(rtslib, index[n]) for n in
+                   {lun.backstore for lun in spec.luns} if n in index}
+        for lun_spec in spec.luns:
+            so = objects.get(lun_spec.backstore)
+            if so is not None and (so.udev_path != lun_spec.device
+                                   or so.wwn != lun_spec.serial):
+                so.delete()  # also deletes this target's LUNs on it
+                so = None
+            if so is None:
+                # the unit serial is set before the LUN is exported: stable NAA WWN
+                so = rtslib.BlockStorageObject(lun_spec.backstore, dev=lun_spec.device,
+                                               wwn=lun_spec.serial,
+                                               index=self.reader.free_hba_index())
+            for akey, aval in lun_spec.attributes.items():
+                if so.get_attribute(akey).strip() != str(int(aval)):
+                    so.set_attribute(akey, str(int(aval)))
+            objects[lun_spec.backstore] = so
+        have_luns = {int(lun.lun): lun for lun in tpg.luns}
+        for n, lun_spec in wanted.items():
+            if n not in have_luns:
+                rtslib.LUN(tpg, n, objects[lun_spec.backstore])
+        for name in dropped - {lun.backstore for lun in spec.luns}:
+            info = index.get(name) or self.reader.backstore(name)
+            so = self._block_object(rtslib, info) if info is not None else None
+            if so is not None and not list(so.attached_luns):
+                so.delete()
+        # TPG attributes before ACLs, so no initiator gets in without CHAP
+        want_attrs = {**TPG_ATTRIBUTES,
+                      "authentication": int(any(a.chap for a in spec.acls))}
+        for tkey, tval in want_attrs.items():
+            if tpg.get_attribute(tkey).strip() != str(tval):
+                tpg.set_attribute(tkey, str(tval))
+        # ACLs
+        wanted_acls = {a.initiator: a for a in spec.acls}
+        for acl in list(tpg.node_acls):
+            if acl.node_wwn not in wanted_acls:
+                acl.delete()  # ends that initiator's session
+        for acl_spec in spec.acls:
+            acl = rtslib.NodeACL(tpg, acl_spec.initiator, mode="any")
+            c = acl_spec.chap
+            values = {
+                "chap_userid": c.user if c else "",
+                "chap_password": c.password if c else "",
+                "chap_mutual_userid": (c.mutual_user or "") if c else "",
+                "chap_mutual_password": (c.mutual_password or "") if c else "",
+            }
+            for attr, text in values.items():
+                if (getattr(acl, attr) or "") != text:
+                    setattr(acl, attr, text)
+            current: set[int] = set()
+            for m in list(acl.mapped_luns):
+                if int(m.mapped_lun) not in wanted or int(m.tpg_lun.lun) != int(m.mapped_lun):
+                    m.delete()
+                else:
+                    current.add(int(m.mapped_lun))
+            for n in wanted:
+                if n not in current:
+                    rtslib.MappedLUN(acl, n, tpg_lun=n)
+        if not tpg.enable:
+            tpg.enable = True
+
+
+    def _check_backstores(self, rtslib: Any, spec: TargetSpec,
+                          index: Mapping[str, BackstoreInfo]) -> None:
         """Refuses (before changing anything) a backstore name or device that another
         target already exports with a different device/serial."""
-        objects = self._block_objects(root)
+        by_device = {b.device: b.name for b in index.values()}
         for lun in spec.luns:
-            so = objects.get(lun.backstore)
-            if so is not None and (so.udev_path != lun.device or so.wwn != lun.serial):
+            info = index.get(lun.backstore)
+            if info is not None and (info.device != lun.device or info.serial != lun.serial):
+                so = self._block_object(rtslib, info)
                 users = {x.parent_tpg.parent_target.wwn for x in so.attached_luns}
                 users.discard(spec.iqn)
                 if users:
                     raise Conflict(f"backstore {lun.backstore} is exported by "
                                    f"{sorted(users)[0]} with another device or serial")
-            for other in objects.values():
-                if other.name != lun.backstore and other.udev_path == lun.device:
-                    raise Conflict(f"{lun.device} is already used by backstore {other.name}")
+            other = by_device.get(lun.device)
+            if other is not None and other != lun.backstore:
+                raise Conflict(f"{lun.device} is already used by backstore {other}")
 
     def remove_target(self, iqn: str) -> None:
-        with self._session(f"remove target {iqn}") as (rtslib, root, fabric):
+        with self._session(f"remove target {iqn}") as (rtslib, _root, fabric):
             target = self._find_target(rtslib, fabric, iqn)
             if target is None:
                 return
             names = {lun.storage_object.name for tpg in target.tpgs for lun in tpg.luns}
             target.delete()
-            objects = self._block_objects(root)
             for name in names:
-                so = objects.get(name)
+                info = self.reader.backstore(name)
+                so = self._block_object(rtslib, info) if info is not None else None
                 if so is not None and not list(so.attached_luns):
                     so.delete()
 
     def remove_backstore(self, name: str) -> None:
-        with self._session(f"remove backstore {name}") as (_rtslib, root, _fabric):
-            so = self._block_objects(root).get(name)
-            if so is None:
+        with self._session(f"remove backstore {name}") as (rtslib, _root, _fabric):
+            info = self.reader.backstore(name)
+            if info is None:
                 return
+            so = self._block_object(rtslib, info)
             users = sorted({lun.parent_tpg.parent_target.wwn for lun in so.attached_luns})
             if users:
                 raise Conflict(f"backstore {name} is still exported by {', '.join(users)}")

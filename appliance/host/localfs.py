@@ -7,6 +7,7 @@ import contextlib
 import shutil
 import time
 from pathlib import Path
+from typing import Protocol
 
 from appliance.host.run import Runner
 
@@ -14,6 +15,14 @@ from appliance.host.run import Runner
 # initialising inode tables or discarding every block takes longer than the probe
 MKFS_EXT4 = ("mkfs.ext4", "-q", "-F", "-m", "0",
              "-E", "lazy_itable_init=1,lazy_journal_init=1,nodiscard")
+
+
+class DeviceFs(Protocol):
+    """A throw-away file system on a probe's scratch block device (:class:`LocalFs`)."""
+
+    def mount_new_filesystem(self, device: str, mountpoint: str) -> str: ...
+
+    def unmount(self, mountpoint: str) -> None: ...
 
 
 class LocalFs:

@@ -10,10 +10,20 @@ NFSv4.1: ``-o vers=4.1,proto=tcp,port=2049``. The twin for unit tests is
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Protocol
 
 from appliance.errors import ZdsError
 from appliance.host.localfs import unmount_and_remove
 from appliance.host.run import Runner
+
+
+class NfsMounter(Protocol):
+    """Mounts an NFS export on this machine (:class:`NfsClient`; fakes in tests)."""
+
+    def mount(self, server: str, export_path: str, mountpoint: str, version: int = 3,
+              port: int = 2049, mountport: int = 20048) -> None: ...
+
+    def umount(self, mountpoint: str) -> None: ...
 
 
 class NfsClient:

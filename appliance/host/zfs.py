@@ -167,10 +167,18 @@ class ZfsHost(Protocol):
 
     def set_pool_properties(self, pool: str, properties: Mapping[str, str]) -> None: ...
 
-    def list_datasets(self, root: str) -> list[DatasetInfo]:
-        """``root`` and every filesystem/volume below it (no snapshots); [] if missing."""
+    def list_datasets(self, root: str,
+                      properties: Sequence[str] | None = None) -> list[DatasetInfo]:
+        """``root`` and every filesystem/volume below it (no snapshots); [] if missing.
+        One command for all of them. With ``properties`` only those are read (a user
+        property shows only where it is set; ``type`` always), else all."""
 
-    def get_dataset(self, name: str) -> DatasetInfo | None: ...
+    def get_dataset(self, name: str,
+                    properties: Sequence[str] | None = None) -> DatasetInfo | None: ...
+
+    def snapshot_counts(self, root: str) -> dict[str, int]:
+        """How many snapshots each filesystem/volume at or below ``root`` has (datasets
+        without any are absent); one command for all; {} if ``root`` is missing."""
 
     def create_filesystem(self, name: str, properties: Mapping[str, str]) -> None:
         """Creates parents as needed (``zfs create -p``)."""
@@ -542,6 +550,16 @@ def _build_status(fields: Mapping[str, list[str]],
                       config=root)
 
 
+def parse_snapshot_counts(out: str) -> dict[str, int]:
+    """``zfs list -H -t snapshot -o name`` -> snapshots per dataset."""
+    counts: dict[str, int] = {}
+    for line in out.splitlines():
+        name, sep, _snap = line.strip().partition("@")
+        if sep:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
 # `zpool import -d /var/tmp/ex` (zpool 2.3.2; pools that could be imported; with none it
 # prints "no pools available to import" on stderr and exits 0):
 #   pool: p
@@ -720,19 +738,44 @@ class Zfs:
         return parse_datasets(self._run(["zfs", "get", "-H", "-p", "-o",
                                          "name,property,value,source", *args]))
 
-    def list_datasets(self, root: str) -> list[DatasetInfo]:
+    @staticmethod
+    def _prop_list(properties: Sequence[str] | None) -> str:
+        if properties is None:
+            return "all"
+        wanted = ["type", *(p for p in properties if p != "type")]
+        for key in wanted:
+            if not _SAFE_PROP.fullmatch(key):
+                raise InvalidInput(f"invalid property name {key!r}")
+        return ",".join(dict.fromkeys(wanted))
+
+    def list_datasets(self, root: str,
+                      properties: Sequence[str] | None = None) -> list[DatasetInfo]:
         try:
-            infos = self._get("-r", "-t", "filesystem,volume", "all", _arg_name(root))
+            infos = self._get("-r", "-t", "filesystem,volume", self._prop_list(properties),
+                              _arg_name(root))
         except NotFound:
             return []
         return sorted(infos, key=lambda i: i.name)
 
-    def get_dataset(self, name: str) -> DatasetInfo | None:
+    def get_dataset(self, name: str,
+                    properties: Sequence[str] | None = None) -> DatasetInfo | None:
         try:
-            infos = self._get("all", _arg_name(name))
+            infos = self._get(self._prop_list(properties), _arg_name(name))
         except NotFound:
             return None
         return infos[0] if infos else None
+
+    def snapshot_counts(self, root: str) -> dict[str, int]:
+        # `zfs list -H -t snapshot -o name -r tank/datastores` (zfs 2.3.2):
+        #   tank/datastores/ds1@before-upgrade
+        #   tank/datastores/ds1@zds-auto-2026-11-23T0300Z
+        #   tank/datastores/lun1@s1
+        try:
+            out = self._run(["zfs", "list", "-H", "-t", "snapshot", "-o", "name", "-r",
+                             _arg_name(root)], timeout=300)
+        except NotFound:
+            return {}
+        return parse_snapshot_counts(out)
 
     def _create(self, name: str, argv: list[str]) -> None:
         try:

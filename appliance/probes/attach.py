@@ -19,8 +19,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from appliance.errors import Conflict, ZdsError
-from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost
+from appliance.host.ganesha import GaneshaHost
+from appliance.host.ganesha_config import ClientRule, ExportSpec
+from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import AclSpec, LioHost, LunSpec, TargetSpec
+from appliance.host.nfsclient import NfsMounter
 from appliance.probes.execute import ProbeTarget
 from appliance.probes.safety import Scratch
 
@@ -37,21 +40,6 @@ class DatastoreRef:
     dataset: str
     is_volume: bool
     protocol: str  # nfs3 | nfs41 | iscsi
-
-
-class NfsMounter(Protocol):
-    def mount(self, server: str, export_path: str, mountpoint: str, version: int = 3,
-              port: int = 2049, mountport: int = 20048) -> None: ...
-
-    def umount(self, mountpoint: str) -> None: ...
-
-
-class Initiator(Protocol):
-    def initiator_name(self) -> str: ...
-
-    def login(self, iqn: str, host: str, port: int, timeout: float = 30.0) -> str: ...
-
-    def logout(self, iqn: str, host: str, port: int) -> None: ...
 
 
 class Attacher(Protocol):

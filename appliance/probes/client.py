@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import platform
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,32 @@ from appliance.probes.model import ProbeResult
 from appliance.probes.safety import MARGIN, MAX_POOL_FILL, footprint, human_size_approx
 
 FsUsage = Callable[[str], tuple[int, int]]  # path -> (total, used) bytes
+
+
+@dataclass(frozen=True)
+class ClientTools:
+    """What client mode needs of the machine it runs on (real: :func:`real_client_tools`)."""
+
+    executor: ProbeExecutor
+    usage: FsUsage
+    make_dir: Callable[[str], None]
+    remove_tree: Callable[[str], None]
+    is_block: Callable[[str], bool]
+    hostname: str | None = None  # None: this machine's name
+
+
+def real_client_tools(workdir: str) -> ClientTools:
+    """fio, iperf3 and the file-system helpers of this machine (appliance.host)."""
+    from appliance.host.factory import real_probe_hosts
+    from appliance.host.localfs import LocalFs, fs_usage, is_block_device
+    from appliance.host.run import SubprocessRunner
+
+    runner = SubprocessRunner()
+    hosts = real_probe_hosts(runner)
+    fs = LocalFs(runner)
+    executor = ProbeExecutor(hosts.fio, workdir, stats=hosts.stats, iperf=hosts.iperf,
+                             sync=hosts.sync)
+    return ClientTools(executor, fs_usage, fs.make_dir, fs.remove_tree, is_block_device)
 
 
 def run_on_client(

@@ -6,8 +6,8 @@ scratch dataset/zvol like the datastore -> (nfs/iscsi: attach over loopback) -> 
 result saved -> detach -> scratch destroyed. Results are saved also when the probe fails
 or is cancelled, so the record says what happened.
 
-:func:`for_engine` builds the service on the lead's Engine (its store, ZFS, ganesha, LIO,
-jobs); everything else takes plain callables so unit tests use fakes.
+:func:`build` makes the service from the appliance's context and the probe hosts of
+appliance.host.factory (real or fake); everything else takes plain callables.
 """
 
 from __future__ import annotations
@@ -19,13 +19,17 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
+from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable, ZdsError
+from appliance.host.factory import ProbeHosts
+from appliance.host.localfs import DeviceFs
 from appliance.host.zfs import ZfsHost
+from appliance.jobs import JobCancelled, JobContext, JobManager
 from appliance.probes import compare as _compare
 from appliance.probes import plots, profiles, report
-from appliance.probes.attach import Attacher, DatastoreRef
+from appliance.probes.attach import Attacher, DatastoreRef, IscsiSelfAttach, NfsSelfAttach
 from appliance.probes.execute import (
     TARGET_KINDS,
     CancelToken,
@@ -39,9 +43,6 @@ from appliance.probes.params import Params
 from appliance.probes.profiles import Profile
 from appliance.probes.safety import ProbeRegistry, Scratch, ScratchManager, footprint
 from appliance.probes.store import ProbeStore, ResultFilter
-
-if TYPE_CHECKING:
-    from appliance.engine import Engine
 
 log = logging.getLogger(__name__)
 
@@ -61,14 +62,6 @@ class ProbeRequest:
 # ext4 on a scratch zvol for file-set profiles: room for its metadata and journal
 FS_OVERHEAD_FIXED = 96 << 20
 FS_OVERHEAD_FRACTION = 16  # 1/16 of the data
-
-
-class DeviceFs(Protocol):
-    """A throw-away file system on a probe's scratch block device (appliance.host.localfs)."""
-
-    def mount_new_filesystem(self, device: str, mountpoint: str) -> str: ...
-
-    def unmount(self, mountpoint: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -325,16 +318,15 @@ class ProbeService:
         return report.render_html([self.store.get(i) for i in ids], title)
 
 
-# --------------------------------------------------------------------- engine wiring
+# --------------------------------------------------------------------- wiring
 
-def for_engine(engine: Engine, executor: ProbeExecutor | None = None,
-               attachers: Mapping[str, Attacher] | None = None,
-               devfs: DeviceFs | None = None) -> ProbeService:
-    """The service on the lead's Engine (real host adapters unless given)."""
+def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
+    """The service on the appliance's context; ``hosts`` (None: only local probes) are
+    fio and the loopback NFS/iSCSI clients, real or fake (appliance.host.factory)."""
     from appliance import __version__
 
     def lookup(name: str) -> DatastoreRef:
-        rec = engine.store.get_datastore(name)
+        rec = ctx.store.get_datastore(name)
         if rec is None:
             raise NotFound(f"datastore {name!r} not found")
         if rec.state != "ready":
@@ -347,65 +339,41 @@ def for_engine(engine: Engine, executor: ProbeExecutor | None = None,
                                "datastore": {"protocol": ref.protocol,
                                              "dataset": ref.dataset}}
         with contextlib.suppress(ZdsError):
-            out["versions"] = engine.local.versions()
+            out["versions"] = ctx.local.versions()
         with contextlib.suppress(ZdsError):
-            info = engine.zfs.get_dataset(ref.dataset)
+            info = ctx.zfs.get_dataset(ref.dataset)
             if info is not None:
                 out["zfs"] = {k: info.prop(k) for k in RECORDED_PROPS if info.prop(k)}
-        rec = engine.store.get_datastore(ref.name)
+        rec = ctx.store.get_datastore(ref.name)
         if rec is not None and rec.export_id is not None:
             out["ganesha"] = {"export_id": rec.export_id}
         if rec is not None and rec.iqn is not None:
             with contextlib.suppress(ZdsError):
-                out["lio"] = {"iqn": rec.iqn, **engine.lio.tpg_attributes(rec.iqn)}
+                out["lio"] = {"iqn": rec.iqn, **ctx.lio.tpg_attributes(rec.iqn)}
         return out
 
-    if executor is None:
-        executor, attachers, devfs = _real_hosts(engine, attachers)
-    return ProbeService(ProbeStore(engine.store.connect), executor, lookup, engine.zfs,
-                        attachers, settings_for, devfs=devfs)
+    workroot = str(Path(ctx.settings.state_dir) / "probes")
+    if hosts is None:
+        from appliance.host.fio import Fio
+        from appliance.host.run import SubprocessRunner
+        from appliance.host.spawn import PopenSpawner
+
+        return ProbeService(ProbeStore(ctx.store.connect),
+                            ProbeExecutor(Fio(SubprocessRunner(), PopenSpawner()), workroot),
+                            lookup, ctx.zfs, {}, settings_for)
+    executor = ProbeExecutor(hosts.fio, workroot, stats=hosts.stats, iperf=hosts.iperf,
+                             sync=hosts.sync)
+    attachers: dict[str, Attacher] = {
+        "nfs": NfsSelfAttach(ctx.ganesha, hosts.mounter),
+        "iscsi": IscsiSelfAttach(ctx.lio, hosts.initiator, ctx.settings.iqn_prefix,
+                                 ctx.settings.iscsi_portal),
+    }
+    return ProbeService(ProbeStore(ctx.store.connect), executor, lookup, ctx.zfs, attachers,
+                        settings_for, devfs=hosts.devfs)
 
 
-def _real_hosts(engine: Engine, attachers: Mapping[str, Attacher] | None
-                ) -> tuple[ProbeExecutor, Mapping[str, Attacher], DeviceFs]:
-    from appliance.host.fio import Fio
-    from appliance.host.iscsi_initiator import IscsiInitiator
-    from appliance.host.localfs import LocalFs
-    from appliance.host.net import Iperf3
-    from appliance.host.nfsclient import NfsClient
-    from appliance.host.run import SubprocessRunner
-    from appliance.host.spawn import PopenSpawner
-    from appliance.host.sysstat import SysStats
-    from appliance.probes.attach import IscsiSelfAttach, NfsSelfAttach
-
-    runner = SubprocessRunner()
-    spawner = PopenSpawner()
-    workroot = Path(engine.settings.state_dir) / "probes"
-    executor = ProbeExecutor(Fio(runner, spawner), str(workroot), stats=SysStats(),
-                             iperf=Iperf3(runner, spawner), sync=LocalFs(runner).sync)
-    if attachers is None:
-        attachers = {
-            "nfs": NfsSelfAttach(engine.ganesha, NfsClient(runner)),
-            "iscsi": IscsiSelfAttach(engine.lio, IscsiInitiator(runner),
-                                     engine.settings.iqn_prefix, engine.settings.iscsi_portal),
-        }
-    return executor, attachers, LocalFs(runner)
-
-
-def service_of(engine: Engine) -> ProbeService:
-    """The engine's probe service, made on first use (``engine.probes`` if the engine
-    defines one)."""
-    svc = getattr(engine, "probes", None)
-    if isinstance(svc, ProbeService):
-        return svc
-    svc = for_engine(engine)
-    engine.probes = svc  # type: ignore[attr-defined]
-    return svc
-
-
-def submit(engine: Engine, svc: ProbeService, req: ProbeRequest) -> tuple[str, Any]:
+def submit(jobs: JobManager, svc: ProbeService, req: ProbeRequest) -> tuple[str, Any]:
     """Checks the request, then runs it as an engine job; returns (probe id, job)."""
-    from appliance.jobs import JobCancelled, JobContext
 
     planned = svc.plan(req)
     probe_id = new_id()
@@ -434,7 +402,7 @@ def submit(engine: Engine, svc: ProbeService, req: ProbeRequest) -> tuple[str, A
                            detail={"result_id": probe_id})
         return {"result_id": probe_id, "status": result.status, "summary": result.summary}
 
-    job = engine.jobs.submit("probe", req.datastore, body,
+    job = jobs.submit("probe", req.datastore, body,
                              message=f"probe {probe_id}: {planned.profile.name} "
                                      f"({req.target})")
     return probe_id, job

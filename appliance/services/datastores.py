@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import builtins
 import json
+import logging
 import re
 import time
 import uuid
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from appliance import validate
 from appliance.attach import AttachInstructions, iscsi_instructions, nfs_instructions
-from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound, Unavailable
-from appliance.host.ganesha import check_spec as ganesha_check_spec
+from appliance.context import Context
+from appliance.errors import (
+    Conflict,
+    InsufficientSpace,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    ZdsError,
+)
+from appliance.host.ganesha import LiveExport
+from appliance.host.ganesha_config import check_spec as ganesha_check_spec
 from appliance.host.lio import check_spec as lio_check_spec
+from appliance.host.zfs import DatasetInfo
 from appliance.jobs import Job, JobContext
 from appliance.model import (
+    DATASTORE_PROPERTIES,
+    DATASTORE_SETTINGS,
     NFS_DATASET_PROPERTIES,
     PROFILES,
     PROTOCOLS,
@@ -30,11 +43,13 @@ from appliance.model import (
     naa_wwn,
 )
 from appliance.reconcile import MIN_EXPORT_ID, export_spec, target_spec
+from appliance.reconciler import LiveState, Reconciler
+from appliance.services.pools import PoolService
 
-if TYPE_CHECKING:
-    from appliance.engine import Engine, LiveState
+log = logging.getLogger(__name__)
 
-ZDS_PREFIX = "zds:"
+# How long a background job (delete) waits for the change lock.
+JOB_LOCK_WAIT = 3600.0
 
 
 @dataclass(frozen=True)
@@ -85,45 +100,68 @@ class DatastoreView:
 
 
 class DatastoreService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: Context, reconciler: Reconciler, pools: PoolService) -> None:
+        self.ctx = ctx
+        self.reconciler = reconciler
+        self.pools = pools
 
-    # --- reading --------------------------------------------------------------------
+    # --- reading (no lock; the same host calls for any number of datastores) --------
 
     def list(self) -> list[DatastoreView]:
-        live = self.engine.live_state()  # once, not once per datastore
-        return [self._view(r, live) for r in self.engine.store.list_datastores()]
+        view = self.reconciler.read_zfs(snapshots=True)
+        live = self.reconciler.read_live(activity=True)
+        return [self._view(r, view.datasets.get(r.spec.dataset) if view.available else None,
+                           view.snapshots.get(r.spec.dataset, 0), live)
+                for r in self.ctx.store.list_datastores()]
 
     def get(self, name: str) -> DatastoreView:
-        return self._view(self.record(name))
+        return self.view_of(self.record(name))
+
+    def view_of(self, rec: DatastoreRecord) -> DatastoreView:
+        zfs = self.ctx.zfs
+        info = zfs.get_dataset(rec.spec.dataset, DATASTORE_PROPERTIES) \
+            if zfs.available() else None
+        snaps = zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0) if info else 0
+        return self._view(rec, info, snaps, self.live_one(rec))
+
+    def live_one(self, rec: DatastoreRecord) -> LiveState:
+        """Whether one datastore is served and who uses it (2 DBus calls for NFS, a few
+        configfs reads for iSCSI)."""
+        try:
+            if rec.spec.is_nfs:
+                act = self.ctx.ganesha.activity()
+                exports = {i: LiveExport(i, r.path) for i, r in act.exports.items()}
+                return LiveState(True, True, exports, {}, activity=act)
+            target = self.ctx.lio.get_target(rec.iqn or "") if rec.iqn else None
+            return LiveState(True, True, {}, {rec.iqn: target} if target and rec.iqn else {})
+        except ZdsError:
+            return LiveState(False, False, {}, {})
 
     def record(self, name: str) -> DatastoreRecord:
         validate.resource_name(name, "datastore name")
-        rec = self.engine.store.get_datastore(name)
+        rec = self.ctx.store.get_datastore(name)
         if rec is None:
             raise NotFound(f"datastore {name!r} not found")
         return rec
 
-    def attach(self, name: str, server: str | None) -> AttachInstructions:
-        view = self.get(name)
-        address = server or self.engine.settings.public_address or "APPLIANCE-ADDRESS"
+    def attach(self, name: str, server: str | None,
+               view: DatastoreView | None = None) -> AttachInstructions:
+        view = view or self.get(name)
+        address = server or self.ctx.settings.public_address or "APPLIANCE-ADDRESS"
         rec = view.record
         if rec.spec.is_nfs:
             return nfs_instructions(rec, address, view.path or f"/{view.dataset}")
         return iscsi_instructions(rec, address, view.wwn or "",
-                                  self.engine.settings.iscsi_portal[1])
+                                  self.ctx.settings.iscsi_portal[1])
 
-    def _view(self, rec: DatastoreRecord, live: LiveState | None = None) -> DatastoreView:
-        zfs = self.engine.zfs
-        ds = zfs.get_dataset(rec.spec.dataset) if zfs.available() else None
+    def _view(self, rec: DatastoreRecord, ds: DatasetInfo | None, snapshots: int,
+              live: LiveState) -> DatastoreView:
         props = dict(ds.properties) if ds else {}
         path = device = None
         if ds is not None and rec.spec.is_nfs:
             path = ds.prop("mountpoint") or None
         elif ds is not None:
-            device = zfs.zvol_device(rec.spec.dataset)
-        serving, clients = self.engine.live_status(rec, live)
-        snaps = len(zfs.list_snapshots(rec.spec.dataset)) if ds else 0
+            device = self.ctx.zfs.zvol_device(rec.spec.dataset)
         ratio = props.get("compressratio", "1.00").rstrip("x")
         return DatastoreView(
             record=rec,
@@ -135,10 +173,11 @@ class DatastoreService:
             available=ds.int_prop("available") if ds else 0,
             referenced=ds.int_prop("referenced") if ds else 0,
             compressratio=float(ratio) if re.match(r"^\d+(\.\d+)?$", ratio) else 1.0,
-            properties={k: v for k, v in props.items() if not k.startswith(ZDS_PREFIX)},
-            serving=serving,
-            clients=clients,
-            snapshots=snaps,
+            properties={k: v for k, v in props.items()
+                        if k in DATASTORE_SETTINGS and v not in ("", "-")},
+            serving=live.serving(rec),
+            clients=live.clients(rec),
+            snapshots=snapshots,
             online=ds is not None,
         )
 
@@ -151,7 +190,7 @@ class DatastoreService:
             raise InvalidInput(f"invalid protocol {req.protocol!r}: one of {', '.join(PROTOCOLS)}")
         if req.profile not in PROFILES:
             raise InvalidInput(f"invalid profile {req.profile!r}: one of {', '.join(PROFILES)}")
-        pool = self.engine.pools.resolve(req.pool)
+        pool = self.pools.resolve(req.pool)
         size = validate.parse_size(req.size)
         is_nfs = req.protocol != "iscsi"
         if is_nfs and (req.initiators or req.initiator_groups or req.chap):
@@ -180,7 +219,7 @@ class DatastoreService:
         groups = tuple(sorted({validate.resource_name(g, "initiator group name")
                                for g in req.initiator_groups}))
         for g in groups:
-            if self.engine.store.get_group(g) is None:
+            if self.ctx.store.get_group(g) is None:
                 raise NotFound(f"initiator group {g!r} not found")
         chap = None
         if req.chap is not None:
@@ -226,36 +265,36 @@ class DatastoreService:
         if spec.is_nfs:
             ganesha_check_spec(export_spec(probe, "/" + spec.dataset))
         else:
-            groups = {g.name: g for g in self.engine.store.list_groups()}
+            groups = {g.name: g for g in self.ctx.store.list_groups()}
             lio_check_spec(target_spec(probe, "/dev/zvol/" + spec.dataset, groups,
-                                       self.engine.settings.iscsi_portal))
+                                       self.ctx.settings.iscsi_portal))
 
     # --- writing --------------------------------------------------------------------
 
     def put(self, name: str, req: DatastoreRequest) -> tuple[DatastoreView, bool]:
         """Creates or updates the datastore; returns (view, created)."""
         spec = self.validate_request(name, req)
-        with self.engine.lock:
+        with self.ctx.lock.hold(f"PUT datastore {name}"):
             for group in spec.iscsi.initiator_groups:  # deleted since validation?
-                if self.engine.store.get_group(group) is None:
+                if self.ctx.store.get_group(group) is None:
                     raise NotFound(f"initiator group {group!r} not found")
-            existing = self.engine.store.get_datastore(name)
+            existing = self.ctx.store.get_datastore(name)
             if existing is not None:
                 return self._update(existing, spec), False
             return self._create(spec), True
 
     def _require_service(self, spec: DatastoreSpec) -> None:
-        if not self.engine.zfs.available():
+        if not self.ctx.zfs.available():
             raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
-        if spec.is_nfs and not self.engine.ganesha.available():
+        if spec.is_nfs and not self.ctx.ganesha.available():
             raise Unavailable("nfs-ganesha is not running: start it (systemctl start "
                               "nfs-ganesha) and retry; nothing was changed")
-        if not spec.is_nfs and not self.engine.lio.available():
+        if not spec.is_nfs and not self.ctx.lio.available():
             raise Unavailable("the LIO iSCSI target is not available (configfs/target "
                               "modules); nothing was changed")
 
     def _check_space(self, spec: DatastoreSpec, already: int = 0) -> None:
-        root = self.engine.zfs.get_dataset(spec.pool)
+        root = self.ctx.zfs.get_dataset(spec.pool, ("used", "available"))
         if root is None:
             raise NotFound(f"pool {spec.pool!r} not found")
         available = root.int_prop("available")
@@ -265,19 +304,19 @@ class DatastoreService:
             raise InsufficientSpace(
                 f"pool {spec.pool} has {validate.format_size(available)} free; a thick "
                 f"datastore of {validate.format_size(spec.size)} does not fit")
-        limit = int(capacity * self.engine.settings.max_overcommit)
-        promised = sum(r.spec.size for r in self.engine.store.list_datastores()
+        limit = int(capacity * self.ctx.settings.max_overcommit)
+        promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
                        if r.spec.pool == spec.pool and r.name != spec.name)
         if spec.size + promised > limit:
             raise InsufficientSpace(
                 f"pool {spec.pool} holds {validate.format_size(capacity)}; datastores there "
                 f"already promise {promised} bytes, and {spec.size} more would exceed the "
-                f"overcommit limit ({self.engine.settings.max_overcommit:g}x)")
+                f"overcommit limit ({self.ctx.settings.max_overcommit:g}x)")
 
     def _create(self, spec: DatastoreSpec, origin: str | None = None) -> DatastoreView:
-        zfs = self.engine.zfs
+        zfs = self.ctx.zfs
         self._require_service(spec)
-        existing_ds = zfs.get_dataset(spec.dataset)
+        existing_ds = zfs.get_dataset(spec.dataset, ("type",))
         if existing_ds is not None:
             raise Conflict(f"dataset {spec.dataset} already exists and is not a ZDS datastore "
                            "known here (import it or choose another name)")
@@ -286,40 +325,40 @@ class DatastoreService:
         rec = DatastoreRecord(
             spec=spec,
             state="creating",
-            export_id=self.engine.store.next_export_id() if spec.is_nfs else None,
+            export_id=self.ctx.store.next_export_id() if spec.is_nfs else None,
             iqn=self.target_iqn(spec.name) if not spec.is_nfs else None,
             serial=str(uuid.uuid4()) if not spec.is_nfs else None,
             origin=origin,
             created=time.time(),
         )
-        self.engine.store.put_datastore(rec)  # intent first: a crash is finished at start-up
+        self.ctx.store.put_datastore(rec)  # intent first: a crash is finished at start-up
         try:
             self.create_dataset(rec)
             rec = rec.with_state("ready")
-            self.engine.store.put_datastore(rec)
-            report = self.engine.reconcile()
+            self.ctx.store.put_datastore(rec)
+            report = self.reconciler.datastores([rec])
             failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
             if failures:
                 raise Unavailable("could not serve the datastore: " + "; ".join(failures))
         except Exception:
             self._undo_create(rec)
             raise
-        return self._view(rec)
+        return self.view_of(rec)
 
     def _undo_create(self, rec: DatastoreRecord) -> None:
         """Back to nothing after a failed create (best effort; reconcile finishes it)."""
-        self.engine.store.put_datastore(rec.with_state("deleting"))
+        self.ctx.store.put_datastore(rec.with_state("deleting"))
         try:
-            self.engine.reconcile()
-            if self.engine.zfs.get_dataset(rec.spec.dataset) is not None:
-                self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
-            self.engine.store.delete_datastore(rec.name)
+            self.reconciler.datastores([rec], withdraw=True)
+            if self.ctx.zfs.get_dataset(rec.spec.dataset, ("type",)) is not None:
+                self.ctx.zfs.destroy(rec.spec.dataset, recursive=True)
+            self.ctx.store.delete_datastore(rec.name)
         except Exception:  # left in 'deleting': the next reconcile at start-up retries
             pass
 
     def target_iqn(self, name: str) -> str:
-        host = re.sub(r"[^a-z0-9-]", "-", self.engine.local.hostname().lower()).strip("-")
-        return validate.iqn(f"{self.engine.settings.iqn_prefix}:{host or 'zds'}.{name}")
+        host = re.sub(r"[^a-z0-9-]", "-", self.ctx.local.hostname().lower()).strip("-")
+        return validate.iqn(f"{self.ctx.settings.iqn_prefix}:{host or 'zds'}.{name}")
 
     def zfs_properties(self, rec: DatastoreRecord) -> dict[str, str]:
         """Native + zds:* properties for the dataset/zvol of ``rec``."""
@@ -374,9 +413,9 @@ class DatastoreService:
         return self._create(spec, origin=snapshot)
 
     def create_dataset(self, rec: DatastoreRecord) -> None:
-        zfs = self.engine.zfs
+        zfs = self.ctx.zfs
         spec = rec.spec
-        self.engine.pools.ensure_parent(spec.pool)
+        self.pools.ensure_parent(spec.pool)
         props = self.zfs_properties(rec)
         if rec.origin:
             for fixed in ("volblocksize", "refreservation"):
@@ -411,13 +450,13 @@ class DatastoreService:
             raise Conflict(f"datastore {rec.name} is {validate.format_size(old.size)}; "
                            "shrinking would lose data (only growing is supported)")
         if spec == old and rec.state == "ready":
-            return self._view(rec)
+            return self.view_of(rec)
         self._require_service(spec)
         if spec.size > old.size or (old.thin and not spec.thin):
             self._check_space(spec, already=0 if old.thin and not spec.thin else old.size)
         new = replace(rec, spec=spec, state="ready", error=None)
         props = self.zfs_properties(new)
-        zfs = self.engine.zfs
+        zfs = self.ctx.zfs
         # properties fixed at creation, or that only a change of size may touch
         for fixed in ("volblocksize", "refquota", "refreservation"):
             props.pop(fixed, None)
@@ -430,59 +469,77 @@ class DatastoreService:
             if spec.thin != old.thin:
                 props["refreservation"] = "none" if spec.thin else "auto"
         zfs.set_properties(spec.dataset, props)
-        self.engine.store.put_datastore(new)
-        report = self.engine.reconcile()
+        self.ctx.store.put_datastore(new)
+        report = self.reconciler.datastores([new])
         failures = report.failures_for(new.export_id, new.iqn, "zfs")
         if failures:
             raise Unavailable("the datastore was changed in ZFS but could not be re-served: "
                               + "; ".join(failures) + " (it is retried at every reconcile)")
-        return self._view(new)
+        return self.view_of(new)
 
     def delete(self, name: str, force: bool = False) -> Job:
-        with self.engine.lock:
+        with self.ctx.lock.hold(f"DELETE datastore {name}"):
             rec = self.record(name)
             clones = self.dependent_clones(rec)
             if clones:
                 raise Conflict(f"datastores {', '.join(clones)} were cloned from snapshots of "
                                f"{name}: delete them first")
             if not force:
-                _, clients = self.engine.live_status(rec)
+                clients = self.live_one(rec).clients(rec)
                 if clients:
                     what = "initiators logged in" if not rec.spec.is_nfs else "NFS clients"
                     raise Conflict(
                         f"datastore {name} has {what}: {', '.join(clients)}; "
                         "disconnect them or delete with force=true",
                         detail={"clients": clients})
-            self.engine.store.put_datastore(rec.with_state("deleting"))
+            self.ctx.store.put_datastore(rec.with_state("deleting"))
 
         def run(ctx: JobContext) -> dict[str, Any]:
-            with self.engine.lock:
+            with self.ctx.lock.hold(f"deleting datastore {name}", timeout=JOB_LOCK_WAIT):
                 self.finish_delete(rec)
             return {"deleted": name}
 
-        return self.engine.jobs.submit("datastore.delete", name, run,
+        return self.ctx.jobs.submit("datastore.delete", name, run,
                                        message=f"deleting datastore {name}")
 
     def finish_delete(self, rec: DatastoreRecord) -> None:
         """Stop serving, destroy the dataset, forget the record (idempotent)."""
-        report = self.engine.reconcile()
+        report = self.reconciler.datastores([rec], withdraw=True)
         failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
         if failures:
             raise Unavailable("could not stop serving the datastore: " + "; ".join(failures))
         for attempt in range(6):
-            if self.engine.zfs.get_dataset(rec.spec.dataset) is None:
+            if self.ctx.zfs.get_dataset(rec.spec.dataset, ("type",)) is None:
                 break
             try:
-                self.engine.zfs.destroy(rec.spec.dataset, recursive=True)
+                self.ctx.zfs.destroy(rec.spec.dataset, recursive=True)
             except Conflict as exc:
                 # a zvol udev is still probing, or ganesha letting go of the export's
                 # file handles: busy for a moment after the LUN/export went away
                 if "busy" not in exc.message or attempt == 5:
                     raise
                 time.sleep(0.5 * 2 ** attempt)
-        self.engine.store.delete_datastore(rec.name)
+        self.ctx.store.delete_datastore(rec.name)
+
+    def finish_interrupted(self, states: tuple[str, ...] = ("creating", "deleting")) -> None:
+        """Completes what a crash interrupted: a create (dataset made if missing, then
+        ready) or a delete. Called under the lock at start-up and by the watcher."""
+        imported = self.pools.imported()
+        for rec in self.ctx.store.list_datastores():
+            if rec.state not in states or rec.spec.pool not in imported:
+                continue
+            try:
+                if rec.state == "creating":
+                    if self.ctx.zfs.get_dataset(rec.spec.dataset, ("type",)) is None:
+                        self.create_dataset(rec)
+                    self.ctx.store.put_datastore(rec.with_state("ready"))
+                elif rec.state == "deleting":
+                    self.finish_delete(rec)
+            except ZdsError as exc:
+                log.error("could not finish %s of %s: %s", rec.state, rec.name, exc.message)
+                self.ctx.store.put_datastore(rec.with_state(rec.state, exc.message))
 
     def dependent_clones(self, rec: DatastoreRecord) -> builtins.list[str]:
         prefix = rec.spec.dataset + "@"
-        return [r.name for r in self.engine.store.list_datastores()
+        return [r.name for r in self.ctx.store.list_datastores()
                 if r.origin and r.origin.startswith(prefix)]

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from appliance import validate
+from appliance.context import Context
 from appliance.errors import Conflict, NotFound, Unavailable
 from appliance.model import InitiatorGroup
-
-if TYPE_CHECKING:
-    from appliance.engine import Engine
+from appliance.reconciler import Reconciler
 
 
 @dataclass(frozen=True)
@@ -21,19 +19,20 @@ class GroupView:
 
 
 class InitiatorGroupService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: Context, reconciler: Reconciler) -> None:
+        self.ctx = ctx
+        self.reconciler = reconciler
 
     def _used_by(self, name: str) -> list[str]:
-        return [r.name for r in self.engine.store.list_datastores()
+        return [r.name for r in self.ctx.store.list_datastores()
                 if name in r.spec.iscsi.initiator_groups]
 
     def list(self) -> list[GroupView]:
-        return [GroupView(g, self._used_by(g.name)) for g in self.engine.store.list_groups()]
+        return [GroupView(g, self._used_by(g.name)) for g in self.ctx.store.list_groups()]
 
     def get(self, name: str) -> GroupView:
         validate.resource_name(name, "initiator group name")
-        group = self.engine.store.get_group(name)
+        group = self.ctx.store.get_group(name)
         if group is None:
             raise NotFound(f"initiator group {name!r} not found")
         return GroupView(group, self._used_by(name))
@@ -41,30 +40,30 @@ class InitiatorGroupService:
     def put(self, name: str, initiators: builtins.list[str]) -> tuple[GroupView, bool]:
         validate.resource_name(name, "initiator group name")
         iqns = tuple(sorted({validate.iqn(i) for i in initiators}))
-        with self.engine.lock:
-            old = self.engine.store.get_group(name)
+        with self.ctx.lock.hold(f"PUT initiator group {name}"):
+            old = self.ctx.store.get_group(name)
             if old is not None and old.initiators == iqns:
                 return GroupView(old, self._used_by(name)), False
             users = self._used_by(name)
-            if users and not self.engine.lio.available():
+            if users and not self.ctx.lio.available():
                 raise Unavailable("the LIO target is not available; the group is used by "
                                   f"{', '.join(users)} and could not be applied")
             group = InitiatorGroup(name, iqns, created=old.created if old else 0.0)
-            self.engine.store.put_group(group)
+            self.ctx.store.put_group(group)
             if users:
-                report = self.engine.reconcile()
-                targets = [r.iqn for r in self.engine.store.list_datastores()
-                           if r.name in users]
-                failures = report.failures_for(*targets, "zfs")
+                records = [r for r in self.ctx.store.list_datastores() if r.name in users]
+                report = self.reconciler.datastores(records)
+                failures = report.failures_for(*(r.iqn for r in records), "zfs")
                 if failures:
                     raise Unavailable("group saved but not applied everywhere: "
                                       + "; ".join(failures) + " (retried at every reconcile)")
         return self.get(name), old is None
 
     def delete(self, name: str) -> None:
-        with self.engine.lock:  # a datastore PUT naming this group cannot slip in between
+        # a datastore PUT naming this group cannot slip in between
+        with self.ctx.lock.hold(f"DELETE initiator group {name}"):
             view = self.get(name)
             if view.used_by:
                 raise Conflict(f"initiator group {name} is used by datastores "
                                f"{', '.join(view.used_by)}")
-            self.engine.store.delete_group(name)
+            self.ctx.store.delete_group(name)

@@ -6,21 +6,22 @@ import builtins
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from appliance import validate
+from appliance.adoption import adopt
+from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
+from appliance.host.factory import ROOT_FS_PROPERTIES
 from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevSpec
 from appliance.jobs import Job, JobContext
 from appliance.model import DATASTORE_PARENT
-
-if TYPE_CHECKING:
-    from appliance.engine import Engine
+from appliance.reconciler import Reconciler
 
 MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
 POOL_PROPERTIES = {"ashift": "12", "autotrim": "on"}
-ROOT_FS_PROPERTIES = {"compression": "lz4", "atime": "off", "xattr": "sa",
-                      "acltype": "posixacl", "dnodesize": "auto"}
+# How long a background job waits for the change lock.
+JOB_LOCK_WAIT = 3600.0
 
 
 @dataclass(frozen=True)
@@ -52,31 +53,32 @@ class PoolView:
 
 
 class PoolService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: Context, reconciler: Reconciler) -> None:
+        self.ctx = ctx
+        self.reconciler = reconciler
 
     def _zfs_up(self) -> None:
-        if not self.engine.zfs.available():
+        if not self.ctx.zfs.available():
             raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
 
     def list(self) -> list[PoolView]:
         self._zfs_up()
-        return [self._view(p, with_status=False) for p in self.engine.zfs.list_pools()]
+        return [self._view(p, with_status=False) for p in self.ctx.zfs.list_pools()]
 
     def get(self, name: str) -> PoolView:
         validate.pool_name(name)
         self._zfs_up()
-        for p in self.engine.zfs.list_pools():
+        for p in self.ctx.zfs.list_pools():
             if p.name == name:
                 return self._view(p, with_status=True)
         raise NotFound(f"pool {name!r} not found (GET /api/v1/pools/importable lists pools "
                        "that can be imported)")
 
     def _view(self, info: PoolInfo, with_status: bool) -> PoolView:
-        names = [r.name for r in self.engine.store.list_datastores() if r.spec.pool == info.name]
+        names = [r.name for r in self.ctx.store.list_datastores() if r.spec.pool == info.name]
         return PoolView(
             info=info,
-            status=self.engine.zfs.pool_status(info.name) if with_status else None,
+            status=self.ctx.zfs.pool_status(info.name) if with_status else None,
             demo=info.properties.get("zds:demo") == "true",
             datastores=names,
         )
@@ -87,9 +89,9 @@ class PoolService:
             validate.pool_name(name)
             return name
         self._zfs_up()
-        pools = [p.name for p in self.engine.zfs.list_pools()]
-        if self.engine.settings.firstboot_pool in pools:
-            return self.engine.settings.firstboot_pool
+        pools = [p.name for p in self.ctx.zfs.list_pools()]
+        if self.ctx.settings.firstboot_pool in pools:
+            return self.ctx.settings.firstboot_pool
         if len(pools) == 1:
             return pools[0]
         if not pools:
@@ -97,17 +99,17 @@ class PoolService:
         raise InvalidInput(f"several pools exist ({', '.join(pools)}): name one in 'pool'")
 
     def imported(self) -> set[str]:
-        if not self.engine.zfs.available():
+        if not self.ctx.zfs.available():
             return set()
-        return {p.name for p in self.engine.zfs.list_pools()}
+        return {p.name for p in self.ctx.zfs.list_pools()}
 
     def ensure_parent(self, pool: str) -> None:
         """``POOL/datastores`` holds every datastore of a pool."""
-        zfs = self.engine.zfs
-        if zfs.get_dataset(pool) is None:
+        zfs = self.ctx.zfs
+        if zfs.get_dataset(pool, ("type",)) is None:
             raise NotFound(f"pool {pool!r} not found")
         parent = f"{pool}/{DATASTORE_PARENT}"
-        if zfs.get_dataset(parent) is None:
+        if zfs.get_dataset(parent, ("type",)) is None:
             zfs.create_filesystem(parent, {"zds:role": "datastores"})
 
     def layout(self, req: PoolRequest) -> PoolLayout:
@@ -145,26 +147,26 @@ class PoolService:
             req = self._sparse_request(req)
         layout = self.layout(req)
         missing = [] if req.sparse_files is not None else [
-            d for d in layout.all_devices() if not self.engine.local.device_exists(d)]
+            d for d in layout.all_devices() if not self.ctx.local.device_exists(d)]
         if missing:
             raise NotFound(f"disks not found: {', '.join(missing)}")
-        if req.name in self.imported() or req.name in self.engine.zfs.importable_pools():
+        if req.name in self.imported() or req.name in self.ctx.zfs.importable_pools():
             raise Conflict(f"pool {req.name!r} already exists (import it instead)")
 
         def run(ctx: JobContext) -> dict[str, Any]:
-            with self.engine.lock:
+            with self.ctx.lock.hold(f"creating pool {req.name}", timeout=JOB_LOCK_WAIT):
                 if req.sparse_files is not None:
                     for path in layout.all_devices():
-                        self.engine.local.create_sparse_file(
+                        self.ctx.local.create_sparse_file(
                             Path(path), validate.parse_size(req.sparse_files["size"]))
-                self.engine.zfs.create_pool(req.name, layout, POOL_PROPERTIES,
+                self.ctx.zfs.create_pool(req.name, layout, POOL_PROPERTIES,
                                             ROOT_FS_PROPERTIES, force=req.force)
                 if req.sparse_files is not None:
-                    self.engine.zfs.set_pool_properties(req.name, {"zds:demo": "true"})
+                    self.ctx.zfs.set_pool_properties(req.name, {"zds:demo": "true"})
                 self.ensure_parent(req.name)
             return {"pool": req.name}
 
-        return self.engine.jobs.submit("pool.create", req.name, run,
+        return self.ctx.jobs.submit("pool.create", req.name, run,
                                        message=f"creating pool {req.name}")
 
     def _sparse_request(self, req: PoolRequest) -> PoolRequest:
@@ -176,7 +178,7 @@ class PoolService:
         if size < 64 << 20:
             raise InvalidInput("sparse_files.size: at least 64M (ZFS's minimum vdev size)")
         kind = spec.get("type", "mirror" if count >= 2 else "disk")
-        base = self.engine.settings.state_dir / "pools" / req.name
+        base = self.ctx.settings.state_dir / "pools" / req.name
         files = [str(base / f"disk{i}.img") for i in range(count)]
         # the files are created by the job, after every check has passed
         vdevs = ([VdevRequest("disk", [f]) for f in files] if kind == "disk"
@@ -186,13 +188,13 @@ class PoolService:
 
     def scrub(self, name: str) -> Job:
         self.get(name)
-        if self.engine.jobs.running_for("pool.scrub", name):
+        if self.ctx.jobs.running_for("pool.scrub", name):
             raise Conflict(f"a scrub of {name} is already running")
 
         def run(ctx: JobContext) -> dict[str, Any]:
-            self.engine.zfs.scrub(name)
+            self.ctx.zfs.scrub(name)
             while True:
-                scan = self.engine.zfs.pool_status(name).scan
+                scan = self.ctx.zfs.pool_status(name).scan
                 if "in progress" not in scan:
                     return {"pool": name, "scan": scan}
                 ctx.progress(_scan_fraction(scan), scan)
@@ -200,12 +202,12 @@ class PoolService:
                     return {"pool": name, "scan": scan, "note": "stopped waiting"}
                 time.sleep(1.0)
 
-        return self.engine.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}",
+        return self.ctx.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}",
                                        long=True)
 
     def importable(self) -> builtins.list[str]:
         self._zfs_up()
-        return self.engine.zfs.importable_pools()
+        return self.ctx.zfs.importable_pools()
 
     def export(self, name: str, force: bool = False) -> Job:
         view = self.get(name)
@@ -214,25 +216,32 @@ class PoolService:
                            "exporting stops serving them (pass force=true)")
 
         def run(ctx: JobContext) -> dict[str, Any]:
-            with self.engine.lock:
-                self.engine.reconcile(exclude=set(view.datastores))
-                self.engine.zfs.export_pool(name)
+            with self.ctx.lock.hold(f"exporting pool {name}", timeout=JOB_LOCK_WAIT):
+                records = [r for r in self.ctx.store.list_datastores()
+                           if r.spec.pool == name]
+                report = self.reconciler.datastores(records, withdraw=True)
+                failures = report.failures_for(*(r.export_id for r in records),
+                                               *(r.iqn for r in records), "zfs")
+                if failures:
+                    raise Unavailable("could not stop serving the pool's datastores: "
+                                      + "; ".join(failures))
+                self.ctx.zfs.export_pool(name)
             return {"pool": name, "exported": True}
 
-        return self.engine.jobs.submit("pool.export", name, run, message=f"exporting {name}")
+        return self.ctx.jobs.submit("pool.export", name, run, message=f"exporting {name}")
 
     def import_(self, name: str, force: bool = False) -> Job:
         validate.pool_name(name)
         self._zfs_up()
         if name in self.imported():
             raise Conflict(f"pool {name} is already imported")
-        if name not in self.engine.zfs.importable_pools():
+        if name not in self.ctx.zfs.importable_pools():
             raise NotFound(f"no importable pool named {name!r}")
 
         def run(ctx: JobContext) -> dict[str, Any]:
-            with self.engine.lock:
+            with self.ctx.lock.hold(f"importing pool {name}", timeout=JOB_LOCK_WAIT):
                 try:
-                    self.engine.zfs.import_pool(name, force=force)
+                    self.ctx.zfs.import_pool(name, force=force)
                 except Conflict as exc:
                     if "another system" not in exc.message:
                         raise
@@ -241,11 +250,11 @@ class PoolService:
                         "import it with force=true only if that system no longer uses it "
                         "(two systems importing one pool corrupt it)",
                         detail={"zpool": exc.message}) from exc
-                adopted = self.engine.adopt()
-                self.engine.reconcile()
+                adopted = adopt(self.ctx, [name])
+                self.reconciler.full(wait=JOB_LOCK_WAIT)
             return {"pool": name, "imported": True, "adopted": adopted}
 
-        return self.engine.jobs.submit("pool.import", name, run, message=f"importing {name}")
+        return self.ctx.jobs.submit("pool.import", name, run, message=f"importing {name}")
 
 
 def _scan_fraction(scan: str) -> float:

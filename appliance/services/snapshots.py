@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 
 from appliance import validate
+from appliance.context import Context
 from appliance.errors import Conflict, NotFound, Unavailable
 from appliance.model import DatastoreRecord
-from appliance.services.datastores import ChapRequest, DatastoreRequest, DatastoreView
-
-if TYPE_CHECKING:
-    from appliance.engine import Engine
+from appliance.reconciler import Reconciler
+from appliance.services.datastores import (
+    ChapRequest,
+    DatastoreRequest,
+    DatastoreService,
+    DatastoreView,
+)
 
 
 @dataclass(frozen=True)
@@ -27,23 +30,26 @@ class SnapshotView:
 
 
 class SnapshotService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: Context, reconciler: Reconciler,
+                 datastores: DatastoreService) -> None:
+        self.ctx = ctx
+        self.reconciler = reconciler
+        self.datastores = datastores
 
     def _datastore(self, name: str) -> DatastoreRecord:
-        rec = self.engine.datastores.record(name)
+        rec = self.datastores.record(name)
         if rec.state != "ready":
             raise Conflict(f"datastore {name} is {rec.state}")
         return rec
 
     def list(self, datastore: str) -> list[SnapshotView]:
-        rec = self.engine.datastores.record(datastore)
+        rec = self.datastores.record(datastore)
         clones_of: dict[str, list[str]] = {}
-        for r in self.engine.store.list_datastores():
+        for r in self.ctx.store.list_datastores():
             if r.origin:
                 clones_of.setdefault(r.origin, []).append(r.name)
         out = []
-        for snap in self.engine.zfs.list_snapshots(rec.spec.dataset):
+        for snap in self.ctx.zfs.list_snapshots(rec.spec.dataset):
             short = snap.name.split("@", 1)[1]
             out.append(SnapshotView(
                 datastore=datastore, name=short, full_name=snap.name,
@@ -62,9 +68,9 @@ class SnapshotService:
 
     def create(self, datastore: str, name: str) -> SnapshotView:
         validate.snapshot_name(name)
-        with self.engine.lock:
+        with self.ctx.lock.hold(f"snapshot of {datastore}"):
             rec = self._datastore(datastore)
-            self.engine.zfs.snapshot(rec.spec.dataset, name,
+            self.ctx.zfs.snapshot(rec.spec.dataset, name,
                                      {"zds:created_by": "api",
                                       "zds:created_at": str(int(time.time()))})
         return self.get(datastore, name)
@@ -74,8 +80,8 @@ class SnapshotService:
         if snap.clones:
             raise Conflict(f"snapshot {name} is the origin of datastores "
                            f"{', '.join(snap.clones)}: delete them first")
-        with self.engine.lock:
-            self.engine.zfs.destroy(snap.full_name)
+        with self.ctx.lock.hold(f"deleting snapshot {snap.full_name}"):
+            self.ctx.zfs.destroy(snap.full_name)
 
     def rollback(self, datastore: str, name: str, destroy_newer: bool = False,
                  force: bool = False) -> SnapshotView:
@@ -84,9 +90,9 @@ class SnapshotService:
         disk) unless ``force``. The export or LUN is withdrawn during the rollback and
         served again after it, so ganesha's caches and LIO's start afresh."""
         snap = self.get(datastore, name)
-        with self.engine.lock:
+        with self.ctx.lock.hold(f"rollback of {datastore}"):
             rec = self._datastore(datastore)
-            _, clients = self.engine.live_status(rec)
+            clients = self.datastores.live_one(rec).clients(rec)
             if clients and not force:
                 raise Conflict(
                     f"datastore {datastore} is in use by {', '.join(clients)}; a rollback "
@@ -98,8 +104,8 @@ class SnapshotService:
                 raise Conflict(f"snapshots newer than {name} exist ({', '.join(newer)}); "
                                "pass destroy_newer=true to remove them")
             if not rec.spec.is_nfs:
-                current = self.engine.zfs.get_dataset(rec.spec.dataset)
-                then = self.engine.zfs.list_snapshots(rec.spec.dataset)
+                current = self.ctx.zfs.get_dataset(rec.spec.dataset)
+                then = self.ctx.zfs.list_snapshots(rec.spec.dataset)
                 old_size = next((s.prop("volsize") for s in then
                                  if s.name == snap.full_name), "")
                 if current is not None and old_size and old_size != current.prop("volsize"):
@@ -107,16 +113,16 @@ class SnapshotService:
                         f"the LUN was resized after snapshot {name} ({old_size} -> "
                         f"{current.prop('volsize')} bytes); a rollback would shrink it "
                         "under its initiators: clone the snapshot instead")
-            withdrawn = self.engine.reconcile(exclude={rec.name})
+            withdrawn = self.reconciler.datastores([rec], withdraw=True)
             failures = withdrawn.failures_for(rec.export_id, rec.iqn, "zfs")
             if failures:
-                self.engine.reconcile()
+                self.reconciler.datastores([rec])
                 raise Unavailable("could not withdraw the datastore for the rollback: "
                                   + "; ".join(failures))
             try:
-                self.engine.zfs.rollback(snap.full_name, destroy_newer=destroy_newer)
+                self.ctx.zfs.rollback(snap.full_name, destroy_newer=destroy_newer)
             finally:
-                self.engine.reconcile()
+                self.reconciler.datastores([rec])
         return snap
 
     def clone(self, datastore: str, name: str, new_name: str,
@@ -125,19 +131,19 @@ class SnapshotService:
         ``req`` it gets the source's protocol, profile and access (clients, initiators,
         groups and CHAP)."""
         snap = self.get(datastore, name)
-        src = self.engine.datastores.record(datastore)
+        src = self.datastores.record(datastore)
         base = req or self.inherited_request(src)
         if base.pool not in (None, src.spec.pool):
             raise Conflict("a clone lives in the pool of its snapshot")
-        spec = self.engine.datastores.validate_request(
+        spec = self.datastores.validate_request(
             new_name, replace(base, pool=src.spec.pool, size=max(
                 validate.parse_size(base.size), src.spec.size)))
         if spec.protocol != src.spec.protocol:
             raise Conflict(f"a clone keeps the protocol of its source ({src.spec.protocol})")
-        with self.engine.lock:
-            if self.engine.store.get_datastore(new_name) is not None:
+        with self.ctx.lock.hold(f"clone {new_name}"):
+            if self.ctx.store.get_datastore(new_name) is not None:
                 raise Conflict(f"datastore {new_name!r} already exists")
-            return self.engine.datastores.create_clone(spec, snap.full_name)
+            return self.datastores.create_clone(spec, snap.full_name)
 
     @staticmethod
     def inherited_request(src: DatastoreRecord) -> DatastoreRequest:

@@ -1,14 +1,14 @@
-"""System: health (are ZFS, LIO, ganesha up and in sync?), version, drift."""
+"""System: health (from what the watcher last saw, never computed inline), version, drift."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from appliance import __version__
-
-if TYPE_CHECKING:
-    from appliance.engine import Engine
+from appliance.context import Context
+from appliance.errors import ZdsError
+from appliance.reconciler import DriftItem, PoolProblem, Reconciler
 
 
 @dataclass(frozen=True)
@@ -19,17 +19,15 @@ class ComponentHealth:
 
 @dataclass(frozen=True)
 class Health:
-    status: str  # ok | degraded | down
+    status: str  # ok | degraded | down | starting
     components: dict[str, ComponentHealth]
     in_sync: bool
-    drift: int
-
-
-@dataclass(frozen=True)
-class DriftItem:
-    kind: str  # the action the reconciler would take, or a ZFS-level problem
-    subject: str
-    reason: str
+    drift: int  # -1: not known (yet)
+    checked_at: float  # unix time of the check this answer comes from (0: none yet)
+    age: float  # seconds since then
+    started_at: float = 0.0  # unix time start-up finished restoring exports/LUNs (0: not yet)
+    pools: list[PoolProblem] = field(default_factory=list)  # pools that are not ONLINE
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -39,44 +37,64 @@ class Drift:
 
 
 class SystemService:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, ctx: Context, reconciler: Reconciler) -> None:
+        self.ctx = ctx
+        self.reconciler = reconciler
 
     def version(self) -> dict[str, str]:
-        return {"zds": __version__, **self.engine.local.versions()}
+        return {"zds": __version__, **self.ctx.local.versions()}
 
     def drift(self) -> Drift:
-        e = self.engine
-        items: list[DriftItem] = []
-        if e.zfs.available():
-            items += [DriftItem("zfs", s, r) for s, r in e.zfs_problems()]
+        """Computed now, from one batched read of ZFS, ganesha and LIO."""
         try:
-            actions = e.plan()
-        except Exception as exc:  # a down daemon: drift cannot be read, say why
-            items.append(DriftItem("unknown", "live state", str(exc)))
-        else:
-            items += [DriftItem(a.kind, a.subject, a.reason) for a in actions]
+            items = self.reconciler.drift()
+        except ZdsError as exc:  # ZFS down: drift cannot be read, say why
+            items = [DriftItem("unknown", "live state", exc.message)]
         return Drift(in_sync=not items, items=items)
 
     def health(self) -> Health:
-        e = self.engine
-        comps: dict[str, ComponentHealth] = {}
-        if e.zfs.available():
-            bad = [f"{p.name}: {p.health}" for p in e.zfs.list_pools() if p.health != "ONLINE"]
-            comps["zfs"] = ComponentHealth(not bad, "; ".join(bad) or "pools online")
-        else:
-            comps["zfs"] = ComponentHealth(False, "ZFS module or tools not available")
-        comps["lio"] = (ComponentHealth(True, "configfs target ready") if e.lio.available()
-                        else ComponentHealth(False, "LIO target (configfs) not available"))
-        comps["ganesha"] = (ComponentHealth(True, "answering on DBus")
-                            if e.ganesha.available()
-                            else ComponentHealth(False, "nfs-ganesha not answering on DBus"))
-        drift = self.drift() if all(c.ok for c in comps.values()) else None
-        in_sync = drift.in_sync if drift else False
-        if not comps["zfs"].ok:
+        """From the watcher's last check: costs no host call, whatever the number of
+        datastores. ``age`` says how old the answer is; an answer older than a few check
+        intervals is itself reported as degraded (the watcher is stuck)."""
+        st = self.reconciler.status
+        now = time.time()
+        age = now - st.checked_at if st.checked_at else 0.0
+        comps = {
+            "zfs": ComponentHealth(st.zfs_ok, st.zfs_detail),
+            "lio": ComponentHealth(st.lio_ok, "configfs target ready" if st.lio_ok
+                                   else "LIO target (configfs) not available"),
+            "ganesha": ComponentHealth(st.ganesha_ok, "answering on DBus" if st.ganesha_ok
+                                       else "nfs-ganesha not answering on DBus"),
+        }
+        known = st.drift_at > 0 and st.drift_error is None
+        drift = len(st.drift) if known else -1
+        in_sync = known and not st.drift
+        messages: list[str] = []
+        if st.phase == "starting":
+            status = "starting"
+            messages.append(st.note or "the API is starting")
+        elif not st.checked_at:
+            status = "starting"
+            messages.append("no check has run yet")
+        elif not st.zfs_ok:
             status = "down"
-        elif all(c.ok for c in comps.values()) and in_sync:
-            status = "ok"
+            messages.append(st.zfs_detail)
         else:
-            status = "degraded"
-        return Health(status, comps, in_sync, len(drift.items) if drift else -1)
+            problems = [f"pool {p.pool} is {p.health}" + (f": {p.action}" if p.action else "")
+                        for p in st.pool_problems]
+            down = [n for n, c in comps.items() if not c.ok]
+            messages += problems
+            messages += [f"{n}: {comps[n].detail}" for n in down]
+            if st.drift_error:
+                messages.append(f"drift unknown: {st.drift_error}")
+            elif st.drift:
+                messages.append(f"{len(st.drift)} item(s) differ from the records "
+                                "(GET /api/v1/system/drift)")
+            stale = self.ctx.settings.health_interval * 3 + 30
+            if age > stale:
+                messages.append(f"the last check is {age:.0f} s old (the watcher is busy "
+                                f"with {self.ctx.lock.holder or 'something'})")
+            status = "degraded" if (problems or down or not in_sync or age > stale) \
+                else "ok"
+        return Health(status, comps, in_sync, drift, st.checked_at, round(age, 1),
+                      st.started_at, list(st.pool_problems), "; ".join(messages))

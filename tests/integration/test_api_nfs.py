@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -19,12 +20,11 @@ from ganesha_harness import GaneshaHarness
 
 from api.app import create_app
 from appliance.engine import Engine
+from appliance.host.factory import ROOT_FS_PROPERTIES, HostAdapters
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.local import FakeLocalHost
-from appliance.services.pools import ROOT_FS_PROPERTIES
 from appliance.settings import Settings
-from appliance.store import Store
 
 pytestmark = pytest.mark.integration
 API = "/api/v1"
@@ -52,12 +52,21 @@ def api(ganesha_env: GaneshaHarness, tmp_path: Path) -> Iterator[tuple[TestClien
     zfs = DirectoryZfs.with_pool("tank", 100 * GiB, fs_properties={
         **ROOT_FS_PROPERTIES, "mountpoint": str(root)})
     settings = Settings().with_state_dir(tmp_path / "state")
-    engine = Engine(settings, Store(settings.db_path), zfs, FakeLio.linked_to(zfs),
-                    ganesha_env.adapter(), FakeLocalHost())
+    engine = Engine.create(settings, HostAdapters(zfs, FakeLio.linked_to(zfs),
+                                                  ganesha_env.adapter(), FakeLocalHost()))
     with TestClient(create_app(engine)) as client:
         client.headers["Authorization"] = "Bearer " + engine.tokens.create("it", "admin")
+        wait_started(client)
         yield client, engine
     engine.close()
+
+
+def wait_started(client: TestClient, timeout: float = 30.0) -> None:
+    """The API restores exports in the background at start; health says when it is done."""
+    deadline = time.monotonic() + timeout
+    while client.get(f"{API}/system/health").json()["status"] == "starting":
+        assert time.monotonic() < deadline, "the API did not finish starting"
+        time.sleep(0.05)
 
 
 def nfs3(clients: list[dict[str, str]] | None = None) -> dict[str, object]:
@@ -99,7 +108,7 @@ def test_nfs_datastores_through_the_api(api: tuple[TestClient, Engine],
     assert job["state"] == "succeeded", job
     assert h.try_nfs_ls(path_a).returncode != 0
     assert h.nfs_read(path_b, "small.txt") == b"hello from b\n"
-    assert [e.path for e in engine.ganesha.list_exports()] == [path_b]
+    assert [e.path for e in engine.ctx.ganesha.list_exports()] == [path_b]
     assert h.ganesha_pid == pid and h.procs["ganesha"].poll() is None  # never restarted
 
 
@@ -129,11 +138,12 @@ def test_api_restart_reapplies_exports(ganesha_env: GaneshaHarness, tmp_path: Pa
     settings = Settings().with_state_dir(tmp_path / "state")
 
     def engine() -> Engine:
-        return Engine(settings, Store(settings.db_path), zfs, FakeLio.linked_to(zfs),
-                      h.adapter(), FakeLocalHost())
+        return Engine.create(settings, HostAdapters(zfs, FakeLio.linked_to(zfs), h.adapter(),
+                                                    FakeLocalHost()))
 
     first = engine()
     with TestClient(create_app(first)) as client:
+        wait_started(client)
         client.headers["Authorization"] = "Bearer " + first.tokens.create("it", "admin")
         path = client.put(f"{API}/datastores/keep", json=nfs3()).json()["nfs"]["path"]
         h.nfs_write(path, "f", b"data")
@@ -143,6 +153,7 @@ def test_api_restart_reapplies_exports(ganesha_env: GaneshaHarness, tmp_path: Pa
     assert h.try_nfs_ls(path).returncode != 0
 
     second = engine()
-    with TestClient(create_app(second)):
+    with TestClient(create_app(second)) as client:
+        wait_started(client)
         assert h.nfs_read(path, "f") == b"data"
     second.close()

@@ -11,34 +11,43 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from appliance.engine import Engine
+from appliance.host.factory import FakeHosts, fake_hosts
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.local import FakeLocalHost
-from appliance.services.pools import ROOT_FS_PROPERTIES
 from appliance.settings import Settings
-from appliance.store import Store
+
+SPARE_DISKS = {f"/dev/disk/by-id/virtio-spare{i}": 20 * GiB for i in range(1, 6)}
 
 
 @dataclass
 class Rig:
     engine: Engine
-    zfs: FakeZfs
-    lio: FakeLio
-    ganesha: FakeGanesha
-    local: FakeLocalHost
+    hosts: FakeHosts
+
+    @property
+    def zfs(self) -> FakeZfs:
+        return self.hosts.zfs
+
+    @property
+    def lio(self) -> FakeLio:
+        return self.hosts.lio
+
+    @property
+    def ganesha(self) -> FakeGanesha:
+        return self.hosts.ganesha
+
+    @property
+    def local(self) -> FakeLocalHost:
+        return self.hosts.local
 
 
-def make_rig(state_dir: Path, pool_size: int = 100 * GiB) -> Rig:
-    zfs = FakeZfs.with_pool("tank", pool_size, fs_properties=ROOT_FS_PROPERTIES)
-    for i in range(1, 6):
-        zfs.add_disk(f"/dev/disk/by-id/virtio-spare{i}", 20 * GiB)
-    lio = FakeLio.linked_to(zfs)
-    ganesha = FakeGanesha()
-    local = FakeLocalHost(devices={f"/dev/disk/by-id/virtio-spare{i}" for i in range(1, 6)})
-    settings = Settings().with_state_dir(state_dir)
-    engine = Engine(settings, Store(state_dir / "zds.db"), zfs, lio, ganesha, local)
-    return Rig(engine, zfs, lio, ganesha, local)
+def make_rig(state_dir: Path, pool_size: int = 100 * GiB,
+             settings: Settings | None = None) -> Rig:
+    hosts = fake_hosts("tank", pool_size, SPARE_DISKS)
+    settings = settings or Settings().with_state_dir(state_dir)
+    return Rig(Engine.create(settings, hosts.adapters()), hosts)
 
 
 @pytest.fixture

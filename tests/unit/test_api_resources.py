@@ -214,11 +214,17 @@ def test_health_and_drift_repair(client: TestClient, rig: Rig) -> None:
     r = client.post(f"{API}/system/reconcile").json()
     assert len(r["applied"]) == 2 and r["errors"] == []
     assert client.get(f"{API}/system/drift").json() == {"in_sync": True, "items": []}
+    # health answers from the watcher's last check (no host call of its own) ...
     rig.ganesha.down = True
+    assert client.get(f"{API}/system/health").json()["components"]["ganesha"]["ok"] is True
+    rig.engine.reconciler.check()  # ... which the watcher runs every health_interval
     h = client.get(f"{API}/system/health").json()
     assert h["status"] == "degraded" and h["components"]["ganesha"]["ok"] is False
+    assert "ganesha" in h["message"] and h["age"] < 5 and h["checked_at"] > 0
     rig.zfs.down = True
-    assert client.get(f"{API}/system/health").status_code == 503
+    rig.engine.reconciler.check()
+    h = client.get(f"{API}/system/health")
+    assert h.status_code == 503 and h.json()["status"] == "down"
     assert client.get(f"{API}/system/version").json()["zds"]
 
 
@@ -291,18 +297,15 @@ def test_engine_never_imports_fastapi() -> None:
 
 def test_firstboot_demo_pool_and_token(tmp_path: Path) -> None:
     from appliance.firstboot import run_firstboot
-    from appliance.host.fakes.ganesha import FakeGanesha
-    from appliance.host.fakes.lio import FakeLio
-    from appliance.host.fakes.zfs import FakeZfs
-    from appliance.host.local import FakeLocalHost
+    from appliance.host.factory import fake_hosts
     from appliance.settings import Settings
 
     settings = Settings().with_state_dir(tmp_path)
-    zfs = FakeZfs()
-    for i in range(2):
-        zfs.add_disk(str(tmp_path / "pools" / "tank" / f"disk{i}.img"), 8 * GiB)
-    local = FakeLocalHost(fw_cfg={"admin-token": "zds_0123456789ab_" + "t" * 43})
-    engine = Engine(settings, Store(tmp_path / "zds.db"), zfs, FakeLio(), FakeGanesha(), local)
+    hosts = fake_hosts(None, disks={str(tmp_path / "pools" / "tank" / f"disk{i}.img"): 8 * GiB
+                                    for i in range(2)})
+    local = hosts.local
+    local.fw_cfg["admin-token"] = "zds_0123456789ab_" + "t" * 43
+    engine = Engine.create(settings, hosts.adapters())
     result = run_firstboot(engine)
     assert result.pool == "tank" and result.pool_created and result.demo_pool
     assert result.token_source == "fw_cfg"
@@ -357,7 +360,8 @@ def test_background_reconcile_repairs_drift(tmp_path: Path) -> None:
     rig.engine.start()
     rig.engine.datastores.put("ds", _req())
     rig.ganesha.restart()  # exports lost behind our back
-    rig.engine.watch(0.05)
+    rig.engine.watcher.reconcile_interval = 0.05
+    rig.engine.watcher.start()
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline and not rig.ganesha.list_exports():
         time.sleep(0.05)

@@ -100,7 +100,7 @@ def test_pool_and_igroup_commands(capsys: pytest.CaptureFixture[str],
     # a failed job is a failed command (scripts test $?); force is passed through
     rc, out = zds(capsys, server, "pool", "export", "fast", "--wait", "10")
     assert rc == 0 and "succeeded" in out
-    server[2].zfs.foreign.add("fast")  # type: ignore[attr-defined]
+    server[2].ctx.zfs.foreign.add("fast")  # type: ignore[attr-defined]
     rc, out = zds(capsys, server, "pool", "import", "fast", "--wait", "10")
     assert rc == 1 and "failed error: pool fast was last used by another system" in out
     rc, out = zds(capsys, server, "pool", "import", "fast", "--force", "--wait", "10")

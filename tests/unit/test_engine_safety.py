@@ -7,7 +7,8 @@ from pathlib import Path
 
 from fastapi.testclient import TestClient
 
-from appliance.host.ganesha import ClientRule, ExportSpec
+from appliance.adoption import adopt
+from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.services.datastores import ChapRequest, DatastoreRequest
 from tests.unit.conftest import Rig, make_rig
 from tests.unit.test_api_datastores import ESX, iscsi_body, nfs_body
@@ -23,7 +24,7 @@ def test_zfs_hiccup_tears_nothing_down(client: TestClient, rig: Rig) -> None:
     client.put(f"{API}/datastores/ds", json=nfs_body())
     client.put(f"{API}/datastores/lun", json=iscsi_body())
     rig.zfs.down = True
-    report = rig.engine.reconcile()
+    report = rig.engine.reconciler.full()
     assert report.applied == [] and "ZFS is not available" in report.errors[0]
     rig.zfs.down = False
     assert len(rig.ganesha.list_exports()) == 1 and len(rig.lio.list_targets()) == 1
@@ -33,15 +34,17 @@ def test_zfs_hiccup_tears_nothing_down(client: TestClient, rig: Rig) -> None:
 def test_probe_exports_are_left_alone(rig: Rig) -> None:
     rig.ganesha.add_export(ExportSpec(65500, "/tank/probe", "/tank/probe", (3,),
                                       (ClientRule(("127.0.0.1",), "RW"),)))
-    assert rig.engine.plan() == []
-    rig.engine.reconcile()
+    assert rig.engine.reconciler.drift() == []
+    rig.engine.reconciler.full()
     assert [e.export_id for e in rig.ganesha.list_exports()] == [65500]
 
 
 def test_unmounted_nfs_dataset_is_reported(rig: Rig) -> None:
     rig.engine.datastores.put("ds", nfs())
     rig.zfs.set_properties("tank/datastores/ds", {"mountpoint": "none"})
-    problems = {subject: reason for subject, reason in rig.engine.zfs_problems()}
+    view = rig.engine.reconciler.read_zfs()
+    problems = {subject: reason for subject, reason in rig.engine.reconciler.zfs_problems(
+        rig.engine.store.list_datastores(), view)}
     assert "not mounted" in problems["ds"]
     assert rig.engine.system.drift().in_sync is False
 
@@ -49,7 +52,7 @@ def test_unmounted_nfs_dataset_is_reported(rig: Rig) -> None:
 def test_failure_of_one_lun_does_not_block_a_similar_name(rig: Rig) -> None:
     rig.engine.datastores.put("lun10", DatastoreRequest(protocol="iscsi", size="1G",
                                                         initiators=[ESX]))
-    report = rig.engine.reconcile()
+    report = rig.engine.reconciler.full()
     iqn10 = rig.engine.datastores.record("lun10").iqn
     report.fail(str(iqn10), "apply_target lun10: broken")
     iqn1 = rig.engine.datastores.target_iqn("lun1")
@@ -70,7 +73,7 @@ def test_adopting_a_pool_from_another_appliance(tmp_path: Path) -> None:
     a.zfs.set_properties("tank/datastores/other", {"zds:export_id": "100"})
     for name in ("other", "secure"):
         a.engine.store.delete_datastore(name)
-    adopted = a.engine.adopt()
+    adopted = adopt(a.engine.ctx, ["tank"])
     assert sorted(adopted) == ["other", "secure"]
     other = a.engine.datastores.record("other")
     assert other.export_id not in (None, 100)
@@ -78,7 +81,7 @@ def test_adopting_a_pool_from_another_appliance(tmp_path: Path) -> None:
         "zds:export_id") == str(other.export_id)
     secure = a.engine.datastores.record("secure")
     assert secure.state == "error" and "CHAP" in (secure.error or "")
-    a.engine.reconcile()
+    a.engine.reconciler.full()
     assert a.lio.list_targets() == []  # not served without its CHAP secret
     # a PUT with the CHAP settings repairs it
     view, _ = a.engine.datastores.put("secure", DatastoreRequest(

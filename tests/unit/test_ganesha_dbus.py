@@ -9,19 +9,17 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, Unavailable
+from appliance.host.dbus_send import parse_dbus_reply
 from appliance.host.ganesha import (
-    ClientRule,
-    ExportSpec,
     Ganesha,
     GaneshaRefused,
     client_admitted,
-    parse_dbus_reply,
     parse_display_export,
     parse_export_message,
     parse_show_clients,
     parse_show_exports,
-    render_export_block,
 )
+from appliance.host.ganesha_config import ClientRule, ExportSpec, render_export_block
 from appliance.host.run import CommandResult, RecordingRunner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ganesha"
@@ -178,18 +176,23 @@ def test_argv_private_and_system_bus(bus: Bus, g: Ganesha, tmp_path: Path) -> No
         "dbus-send", "--bus=unix:path=/tmp/t/bus.sock", "--print-reply",
         "--reply-timeout=30000", "--dest=org.ganesha.nfsd", "/org/ganesha/nfsd/ExportMgr",
         "org.ganesha.nfsd.exportmgr.ShowExports")
+    assert len(bus.runner.calls) == 1, "listing is one DBus call, whatever the number"
+    g.get_export(101)
     assert bus.runner.calls[1][-2:] == ("org.ganesha.nfsd.exportmgr.DisplayExport",
                                         "uint16:101")
     Ganesha(bus.runner, tmp_path).available()
     assert bus.runner.calls[-1][1] == "--system"
 
 
-def test_list_exports_skips_pseudo_root_and_vanished(bus: Bus, g: Ganesha) -> None:
-    assert [(e.export_id, e.pseudo) for e in g.list_exports()] == [
+def test_list_exports_skips_pseudo_root_and_get_export_answers_none_when_gone(
+        bus: Bus, g: Ganesha) -> None:
+    assert [(e.export_id, e.path) for e in g.list_exports()] == [
         (101, "/tmp/gtry/data/ds1"), (102, "/tmp/gtry/data/ds2")]
+    shown = g.get_export(101)
+    assert shown is not None and shown.pseudo == "/tmp/gtry/data/ds1"
     bus.replies["DisplayExport"] = lambda argv: (1, NOT_FOUND) if argv[7] == "uint16:102" \
         else DISPLAY[101]
-    assert [e.export_id for e in g.list_exports()] == [101]
+    assert g.get_export(102) is None
 
 
 def test_add_writes_file_then_calls_add_export(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
@@ -265,7 +268,7 @@ def test_add_and_update_use_two_dbus_calls(bus: Bus, g: Ganesha, tmp_path: Path)
     bus.move_101(str(tmp_path / "x"))
     (tmp_path / "x").mkdir()
     g.update_export(spec(101, str(tmp_path / "x"), "RO"))
-    assert bus.methods()[2:] == ["ShowExports", "UpdateExport"]
+    assert bus.methods()[2:] == ["DisplayExport", "UpdateExport"]
 
 
 def test_refusal_for_a_pseudo_clash_is_explained(bus: Bus, g: Ganesha, tmp_path: Path) -> None:

@@ -8,7 +8,8 @@ import pytest
 from appliance.errors import Unavailable
 from appliance.host.contract.ganesha_checks import check_contract
 from appliance.host.fakes.ganesha import FakeGanesha
-from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost
+from appliance.host.ganesha import GaneshaHost, active_clients
+from appliance.host.ganesha_config import ClientRule, ExportSpec
 
 RW = (ClientRule(("127.0.0.1",), "RW"),)
 
@@ -49,9 +50,14 @@ def test_down_fake_is_unavailable_everywhere() -> None:
 
 def test_simulated_clients_and_restart() -> None:
     fake = FakeGanesha()
-    fake.add_export(ExportSpec(101, "/tank/a", "/tank/a", (3,), RW))
-    fake.set_connected(101, ["10.0.0.2", "10.0.0.1", "10.0.0.2"])
+    lan = (ClientRule(("10.0.0.0/24",), "RW"),)
+    fake.add_export(ExportSpec(101, "/tank/a", "/tank/a", (3,), lan))
+    fake.set_connected(101, ["10.0.0.2", "10.0.0.1", "10.0.0.2", "192.0.2.9"])
+    # as for the real one: only clients the export's rules admit count
     assert fake.connected_clients(101) == ["10.0.0.1", "10.0.0.2"]
+    act = fake.activity()
+    assert act.exports[101].protocols_used == {"NFSv3", "MNT"}
+    assert active_clients(act, 101, ["10.0.0.1"]) == ["10.0.0.1"]
     fake.restart()
     assert fake.list_exports() == []
     assert fake.rendered(101) is not None

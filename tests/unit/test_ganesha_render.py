@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from appliance.errors import InvalidInput
-from appliance.host.ganesha import (
+from appliance.host.ganesha_config import (
     ClientRule,
     ExportSpec,
     check_client,

@@ -1,22 +1,25 @@
-"""The real LIO adapter (appliance.host.lio.Lio) on a stand-in for rtslib-fb.
+"""The real LIO adapter (appliance.host.lio.Lio) driving the real rtslib-fb on an emulated
+configfs: a temporary directory whose mkdir/rmdir and attribute writes behave like
+target_core_mod's (kernel-made attribute files appear on mkdir, rmdir refuses while
+user-made items or symlinks remain, vpd_unit_serial reads back with its label, 'control'
+sets udev_path). It checks the adapter's use of the rtslib API and its own configfs
+reader, not the kernel (the contract runs against the kernel in the booted image).
 
-This host has no configfs, so the rtslib calls the adapter makes are answered by a small
-in-memory model of the rtslib-fb 2.1 objects it uses (RTSRoot, FabricModule, Target,
-TPG, NetworkPortal, LUN, NodeACL, MappedLUN, BlockStorageObject). The model keeps the
-rtslib behaviours the adapter relies on: 'lookup'/'create'/'any' modes, the IQN check
-(two dots after the date), exclusive device use, LUN.delete dropping mapped LUNs,
-StorageObject.delete dropping attached LUNs, ACL delete ending the session. The same
-contract checks as for FakeLio run on top, and the real rtslib runs them in the image.
+rtslib is Debian's python3-rtslib-fb (with python3-six and python3-pyudev) from the image
+build's package cache, ${ZDS_CACHE}/images/debs, when the image has been built here, and
+otherwise the same release from PyPI (a dev dependency).
 """
 
 from __future__ import annotations
 
+import glob
+import os
 import re
+import subprocess
 import sys
-import types
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -28,335 +31,163 @@ from appliance.host.lio import VAAI_ATTRIBUTES, AclSpec, Chap, Lio, LunSpec, Tar
 DEVICES = ["/dev/zvol/ctpool/l0", "/dev/zvol/ctpool/l1"]
 
 
-class RTSLibError(Exception):
-    pass
+def _debs() -> list[str]:
+    cache = os.environ.get("ZDS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache"), "zds")
+    found = []
+    for pkg in ("python3-rtslib-fb", "python3-six", "python3-pyudev"):
+        hits = sorted(glob.glob(os.path.join(cache, "images", "debs", f"{pkg}_*.deb")))
+        if not hits:
+            return []
+        found.append(hits[-1])
+    return found
 
 
-@dataclass
-class _SO:
-    name: str
-    dev: str
-    serial: str
-    attrs: dict[str, str] = field(default_factory=lambda: {
-        "emulate_caw": "1", "emulate_3pc": "1", "emulate_tpu": "0", "emulate_tpws": "0",
-        "is_nonrot": "0", "block_size": "512"})
+class Configfs:
+    """What target_core_mod does to /sys/kernel/config/target, in a temporary directory."""
 
+    def __init__(self, root: Path) -> None:
+        self.root = str(root / "target")
+        self.user_dirs: set[str] = set()
+        self.real_mkdir: Callable[..., None] = os.mkdir
+        self.real_rmdir: Callable[..., None] = os.rmdir
 
-@dataclass
-class _Acl:
-    auth: dict[str, str] = field(default_factory=lambda: {
-        "userid": "", "password": "", "userid_mutual": "", "password_mutual": ""})
-    mapped: dict[int, int] = field(default_factory=dict)
-    session: bool = False
+    def _files(self, base: str, entries: dict[str, str]) -> None:
+        for rel, content in entries.items():
+            p = os.path.join(base, rel)
+            todo, d = [], os.path.dirname(p)
+            while not os.path.isdir(d):
+                todo.append(d)
+                d = os.path.dirname(d)
+            for d in reversed(todo):
+                self.real_mkdir(d)
+            Path(p).write_text(content)
 
+    def populate(self, path: str) -> None:
+        rel = os.path.relpath(path, self.root)
+        parts = rel.split("/")
+        auth = {"auth/userid": "NULL", "auth/password": "NULL", "auth/userid_mutual": "NULL",
+                "auth/password_mutual": "NULL", "auth/authenticate_target": "0"}
+        if rel == ".":
+            self._files(path, {"dbroot": "/var/target", "version": "v5.0",
+                               "core/alua/lu_gps/default_lu_gp/members": ""})
+        elif parts[0] == "core" and len(parts) == 2:
+            self._files(path, {"hba_info": "HBA Index: 1 plugin: iblock version: v5.0",
+                               "hba_mode": "0"})
+        elif parts[0] == "core" and len(parts) == 3:
+            self._files(path, {
+                "enable": "0", "control": "", "udev_path": "",
+                "info": "Status: DEACTIVATED  Max Queue Depth: 0\n Major: 230 Minor: 0\n",
+                "attrib/emulate_caw": "1", "attrib/emulate_3pc": "1",
+                "attrib/emulate_tpu": "0", "attrib/emulate_tpws": "0",
+                "attrib/is_nonrot": "0", "attrib/block_size": "512",
+                "wwn/vpd_unit_serial": "T10 VPD Unit Serial Number: ",
+                "alua/default_tg_pt_gp/tg_pt_gp_id": "0", "pr/res_type": "0"})
+        elif parts[0] == "iscsi" and len(parts) == 1:
+            self._files(path, {"discovery_auth/enforce_discovery_auth": "0"})
+        elif parts[0] == "iscsi" and len(parts) == 3:
+            self._files(path, {"enable": "0", "attrib/authentication": "0",
+                               "attrib/generate_node_acls": "0",
+                               "attrib/demo_mode_write_protect": "1",
+                               "attrib/cache_dynamic_acls": "0",
+                               "param/AuthMethod": "CHAP,None", **auth})
+            for d in ("np", "lun", "acls"):
+                self.real_mkdir(os.path.join(path, d))
+        elif len(parts) == 5 and parts[3] == "np":
+            self._files(path, {"iser": "0"})
+        elif len(parts) == 5 and parts[3] == "lun":
+            self._files(path, {"alua_tg_pt_gp": "default_tg_pt_gp"})
+        elif len(parts) == 5 and parts[3] == "acls":
+            self._files(path, {
+                "info": f"No active iSCSI Session for Initiator Endpoint: {parts[4]}",
+                "cmdsn_depth": "64", "tag": "", "attrib/dataout_timeout": "3", **auth})
+        elif len(parts) == 6 and parts[3] == "acls":
+            self._files(path, {"write_protect": "0"})
 
-@dataclass
-class _Tpg:
-    enable: bool = False
-    portals: set[tuple[str, int]] = field(default_factory=set)
-    luns: dict[int, str] = field(default_factory=dict)
-    acls: dict[str, _Acl] = field(default_factory=dict)
-    attrs: dict[str, str] = field(default_factory=lambda: {
-        "authentication": "0", "generate_node_acls": "0", "demo_mode_write_protect": "1",
-        "cache_dynamic_acls": "0"})
+    def mkdir(self, path: Any, mode: int = 0o777) -> None:
+        full = os.path.abspath(str(path))
+        self.real_mkdir(full, mode)
+        if full.startswith(self.root):
+            self.user_dirs.add(full)
+            self.populate(full)
 
-
-@dataclass
-class World:
-    devices: set[str]
-    storage: dict[str, _SO] = field(default_factory=dict)
-    targets: dict[str, dict[int, _Tpg]] = field(default_factory=dict)
-    writes: int = 0
-
-
-W = World(set())
-
-
-def _mode(exists: bool, mode: str, what: str) -> None:
-    if mode == "lookup" and not exists:
-        raise RTSLibError(f"No such {what} in configfs")
-    if mode == "create" and exists:
-        raise RTSLibError(f"This {what} already exists in configFS")
-
-
-class BlockStorageObject:
-    plugin = "block"
-
-    def __init__(self, name: str, dev: str | None = None, wwn: str | None = None) -> None:
-        self.name = name
-        if dev is None:
-            _mode(name in W.storage, "lookup", "storage object")
+    def rmdir(self, path: Any) -> None:
+        full = os.path.abspath(str(path))
+        if not full.startswith(self.root):
+            self.real_rmdir(full)
             return
-        _mode(name in W.storage, "create", "storage object")
-        if dev not in W.devices:
-            raise RTSLibError(f"Device {dev} is not a TYPE_DISK block device")
-        if any(s.dev == dev for s in W.storage.values()):
-            raise RTSLibError(f"Cannot configure StorageObject because device {dev} is "
-                              "already in use")
-        W.storage[name] = _SO(name, dev, wwn or "generated-serial")
-        W.writes += 1
+        for dirpath, dirnames, filenames in os.walk(full):
+            for name in (*dirnames, *filenames):
+                item = os.path.join(dirpath, name)
+                if item in self.user_dirs or os.path.islink(item):
+                    raise OSError(39, "Directory not empty", full)
+        for dirpath, dirnames, filenames in os.walk(full, topdown=False):
+            for f in filenames:
+                os.unlink(os.path.join(dirpath, f))
+            for d in dirnames:
+                self.real_rmdir(os.path.join(dirpath, d))
+        self.real_rmdir(full)
+        self.user_dirs.discard(full)
 
-    @property
-    def _s(self) -> _SO:
-        return W.storage[self.name]
-
-    @property
-    def udev_path(self) -> str:
-        return self._s.dev
-
-    @property
-    def wwn(self) -> str:
-        return self._s.serial
-
-    def get_attribute(self, key: str) -> str:
-        if key not in self._s.attrs:
-            raise RTSLibError(f"Cannot find attribute: {key}")
-        return self._s.attrs[key]
-
-    def set_attribute(self, key: str, value: str) -> None:
-        self.get_attribute(key)
-        self._s.attrs[key] = str(value)
-        W.writes += 1
-
-    @property
-    def attached_luns(self) -> Iterator[LUN]:
-        for iqn, tpgs in W.targets.items():
-            for tag, tpg in tpgs.items():
-                for n, so in tpg.luns.items():
-                    if so == self.name:
-                        yield LUN(TPG(Target(FabricModule("iscsi"), iqn), tag), n)
-
-    def delete(self) -> None:
-        for lun in list(self.attached_luns):
-            lun.delete()
-        del W.storage[self.name]
-        W.writes += 1
-
-
-class RTSRoot:
-    _preferred_dbroot = ""  # set per test: Debian's is /etc/rtslib-fb-target
-
-    @property
-    def storage_objects(self) -> Iterator[BlockStorageObject]:
-        for name in list(W.storage):
-            yield BlockStorageObject(name)
-
-
-class FabricModule:
-    def __init__(self, name: str) -> None:
-        assert name == "iscsi"
-        self.exists = True
-
-    def _check_self(self) -> None:
-        pass
-
-    @property
-    def targets(self) -> Iterator[Target]:
-        for iqn in list(W.targets):
-            yield Target(self, iqn, mode="lookup")
-
-
-_IQN = re.compile(r"iqn\.[0-9]{4}-[0-1][0-9]\..*\..*")
-
-
-class Target:
-    def __init__(self, fabric: FabricModule, wwn: str, mode: str = "any") -> None:
-        wwn = wwn.strip().lower()
-        if not _IQN.match(wwn) or " " in wwn or "_" in wwn:
-            raise RTSLibError("WWN not valid as: iqn, naa, eui")
-        _mode(wwn in W.targets, mode, "Target")
-        self.wwn = wwn
-        if wwn not in W.targets:
-            W.targets[wwn] = {}
-            W.writes += 1
-
-    @property
-    def tpgs(self) -> Iterator[TPG]:
-        for tag in list(W.targets[self.wwn]):
-            yield TPG(self, tag, mode="lookup")
-
-    def delete(self) -> None:
-        for tpg in list(self.tpgs):
-            tpg.delete()
-        del W.targets[self.wwn]
-        W.writes += 1
-
-
-class TPG:
-    def __init__(self, target: Target, tag: int, mode: str = "any") -> None:
-        self.parent_target = target
-        self.tag = int(tag)
-        tpgs = W.targets[target.wwn]
-        _mode(self.tag in tpgs, mode, "TPG")
-        if self.tag not in tpgs:
-            tpgs[self.tag] = _Tpg()
-            W.writes += 1
-
-    @property
-    def _t(self) -> _Tpg:
-        return W.targets[self.parent_target.wwn][self.tag]
-
-    @property
-    def enable(self) -> bool:
-        return self._t.enable
-
-    @enable.setter
-    def enable(self, value: bool) -> None:
-        self._t.enable = bool(value)
-        W.writes += 1
-
-    def get_attribute(self, key: str) -> str:
-        return self._t.attrs[key]
-
-    def set_attribute(self, key: str, value: str) -> None:
-        if key not in self._t.attrs:
-            raise RTSLibError(f"Cannot find attribute: {key}")
-        self._t.attrs[key] = str(value)
-        W.writes += 1
-
-    @property
-    def network_portals(self) -> Iterator[NetworkPortal]:
-        for ip, port in sorted(self._t.portals):
-            yield NetworkPortal(self, ip, port, mode="lookup")
-
-    @property
-    def luns(self) -> Iterator[LUN]:
-        for n in sorted(self._t.luns):
-            yield LUN(self, n)
-
-    @property
-    def node_acls(self) -> Iterator[NodeACL]:
-        for wwn in sorted(self._t.acls):
-            yield NodeACL(self, wwn, mode="lookup")
-
-    def delete(self) -> None:
-        for acl in list(self.node_acls):
-            acl.delete()
-        for lun in list(self.luns):
-            lun.delete()
-        del W.targets[self.parent_target.wwn][self.tag]
-
-
-class NetworkPortal:
-    def __init__(self, tpg: TPG, ip_address: str, port: int = 3260, mode: str = "any") -> None:
-        self.parent_tpg, self.ip_address, self.port = tpg, ip_address, int(port)
-        key = (ip_address, int(port))
-        _mode(key in tpg._t.portals, mode, "NetworkPortal")
-        if key not in tpg._t.portals:
-            tpg._t.portals.add(key)
-            W.writes += 1
-
-    def delete(self) -> None:
-        self.parent_tpg._t.portals.discard((self.ip_address, self.port))
-        W.writes += 1
-
-
-class LUN:
-    def __init__(self, tpg: TPG, lun: int, storage_object: BlockStorageObject | None = None
-                 ) -> None:
-        self.parent_tpg, self.lun = tpg, int(lun)
-        if storage_object is None:
-            _mode(self.lun in tpg._t.luns, "lookup", "LUN")
+    def fwrite(self, path: Any, string: Any) -> None:
+        path, value = str(path), str(string)
+        if path.endswith("/control"):
+            m = re.match(r"udev_path=(.*)", value.strip())
+            if m:
+                Path(os.path.dirname(path), "udev_path").write_text(m.group(1))
             return
-        _mode(self.lun in tpg._t.luns, "create", "LUN")
-        if storage_object.name not in W.storage:
-            raise RTSLibError("storage_object does not exist in configFS")
-        tpg._t.luns[self.lun] = storage_object.name
-        W.writes += 1
+        if path.endswith("wwn/vpd_unit_serial"):
+            value = "T10 VPD Unit Serial Number: " + value.strip()
+        Path(path).write_text(value.strip() + "\n")
 
-    @property
-    def storage_object(self) -> BlockStorageObject:
-        return BlockStorageObject(self.parent_tpg._t.luns[self.lun])
-
-    def delete(self) -> None:
-        for acl in self.parent_tpg._t.acls.values():
-            for m in [m for m, t in acl.mapped.items() if t == self.lun]:
-                del acl.mapped[m]
-        del self.parent_tpg._t.luns[self.lun]
-        W.writes += 1
-
-
-class NodeACL:
-    def __init__(self, tpg: TPG, node_wwn: str, mode: str = "any") -> None:
-        node_wwn = node_wwn.strip().lower()
-        if not _IQN.match(node_wwn) or " " in node_wwn or "_" in node_wwn:
-            raise RTSLibError("WWN not valid as: iqn, naa, eui")
-        self.parent_tpg, self.node_wwn = tpg, node_wwn
-        _mode(node_wwn in tpg._t.acls, mode, "NodeACL")
-        if node_wwn not in tpg._t.acls:
-            tpg._t.acls[node_wwn] = _Acl()
-            W.writes += 1
-
-    @property
-    def _a(self) -> _Acl:
-        return self.parent_tpg._t.acls[self.node_wwn]
-
-    def _get(self, key: str) -> str:
-        return self._a.auth[key]
-
-    def _set(self, key: str, value: str) -> None:
-        if len(value) > 255 or value == "NULL":
-            raise RTSLibError("bad auth value")
-        self._a.auth[key] = value.strip()
-        W.writes += 1
-
-    chap_userid = property(lambda s: s._get("userid"), lambda s, v: s._set("userid", v))
-    chap_password = property(lambda s: s._get("password"), lambda s, v: s._set("password", v))
-    chap_mutual_userid = property(lambda s: s._get("userid_mutual"),
-                                  lambda s, v: s._set("userid_mutual", v))
-    chap_mutual_password = property(lambda s: s._get("password_mutual"),
-                                    lambda s, v: s._set("password_mutual", v))
-
-    @property
-    def session(self) -> dict[str, Any] | None:
-        return {"state": "LOGGED_IN", "parent_nodeacl": self} if self._a.session else None
-
-    @property
-    def mapped_luns(self) -> Iterator[MappedLUN]:
-        for m in sorted(self._a.mapped):
-            yield MappedLUN(self, m)
-
-    def delete(self) -> None:
-        del self.parent_tpg._t.acls[self.node_wwn]
-        W.writes += 1
-
-
-class MappedLUN:
-    def __init__(self, acl: NodeACL, mapped_lun: int, tpg_lun: int | None = None) -> None:
-        self.parent_nodeacl, self.mapped_lun = acl, int(mapped_lun)
-        if tpg_lun is None:
-            _mode(self.mapped_lun in acl._a.mapped, "lookup", "MappedLUN")
-            return
-        _mode(self.mapped_lun in acl._a.mapped, "create", "MappedLUN")
-        if int(tpg_lun) not in acl.parent_tpg._t.luns:
-            raise RTSLibError(f"LUN {tpg_lun} does not exist in this TPG")
-        acl._a.mapped[self.mapped_lun] = int(tpg_lun)
-        W.writes += 1
-
-    @property
-    def tpg_lun(self) -> LUN:
-        return LUN(self.parent_nodeacl.parent_tpg,
-                   self.parent_nodeacl._a.mapped[self.mapped_lun])
-
-    def delete(self) -> None:
-        del self.parent_nodeacl._a.mapped[self.mapped_lun]
-        W.writes += 1
+    def snapshot(self) -> dict[str, str]:
+        out = {}
+        for dirpath, _dirs, filenames in os.walk(self.root):
+            for f in filenames:
+                p = os.path.join(dirpath, f)
+                out[p] = os.readlink(p) if os.path.islink(p) else Path(p).read_text()
+        return out
 
 
 @pytest.fixture
-def lio(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Lio]:
-    global W
-    W = World(set(DEVICES))
-    monkeypatch.setattr(RTSRoot, "_preferred_dbroot", str(tmp_path / "rtslib-fb-target"))
-    mod = types.ModuleType("rtslib_fb")
-    tcm = types.ModuleType("rtslib_fb.tcm")
-    tcm.bs_cache = {"iblock/stale": 7}  # type: ignore[attr-defined]
-    mod.tcm = tcm  # type: ignore[attr-defined]
-    for obj in (RTSLibError, RTSRoot, FabricModule, Target, TPG, NetworkPortal, LUN,
-                NodeACL, MappedLUN, BlockStorageObject):
-        setattr(mod, obj.__name__, obj)
-    monkeypatch.setitem(sys.modules, "rtslib_fb", mod)
-    yield Lio(device_check=lambda path: path in W.devices)
+def real_lio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Lio, Configfs]]:
+    for name in [m for m in sys.modules if m == "rtslib_fb" or m.startswith("rtslib_fb.")]:
+        monkeypatch.delitem(sys.modules, name)
+    debs = _debs()
+    if debs:  # the very rtslib the appliance ships, once the image has been built here
+        unpacked = tmp_path / "debs"
+        for deb in debs:
+            subprocess.run(["dpkg-deb", "-x", deb, str(unpacked)], check=True)
+        monkeypatch.syspath_prepend(str(unpacked / "usr/lib/python3/dist-packages"))
+    import rtslib_fb  # else the same release from PyPI (the dev dependencies)
+
+    cfs = Configfs(tmp_path / "configfs")
+    monkeypatch.setattr(os, "mkdir", cfs.mkdir)
+    monkeypatch.setattr(os, "rmdir", cfs.rmdir)
+    mods: list[ModuleType] = [getattr(rtslib_fb, m) for m in
+                              ("utils", "node", "tcm", "target", "fabric", "root", "alua")]
+    for mod in mods:
+        if hasattr(mod, "fwrite"):
+            monkeypatch.setattr(mod, "fwrite", cfs.fwrite)
+        if hasattr(mod, "modprobe"):
+            monkeypatch.setattr(mod, "modprobe", lambda _module: None)
+        if hasattr(mod, "mount_configfs"):
+            monkeypatch.setattr(mod, "mount_configfs", lambda: None)
+    monkeypatch.setattr(rtslib_fb.node.CFSNode, "configfs_dir", cfs.root)
+    monkeypatch.setattr(rtslib_fb.tcm, "get_blockdev_type",
+                        lambda path: 0 if str(path) in DEVICES else None)
+    # the kernel opens a backstore's device exclusively: a second one on it is refused
+    monkeypatch.setattr(rtslib_fb.tcm, "is_dev_in_use", lambda path: any(
+        Path(p).read_text().strip() == str(path)
+        for p in glob.glob(f"{cfs.root}/core/iblock_*/*/udev_path")))
+    monkeypatch.setattr(rtslib_fb.tcm, "lock_file", str(tmp_path / "rtslib.lock"))
+    monkeypatch.setattr(rtslib_fb.root.RTSRoot, "_preferred_dbroot", str(tmp_path / "dbroot"))
+    os.makedirs(cfs.root)
+    cfs.populate(cfs.root)
+    Path(cfs.root, "dbroot").write_text(str(tmp_path / "dbroot"))
+    yield Lio(device_check=lambda p: p in DEVICES, configfs_root=cfs.root), cfs
+    for name in [m for m in sys.modules if m == "rtslib_fb" or m.startswith("rtslib_fb.")]:
+        del sys.modules[name]
 
 
 def spec(**kw: Any) -> TargetSpec:
@@ -369,44 +200,61 @@ def spec(**kw: Any) -> TargetSpec:
     return TargetSpec(**base)
 
 
-def test_contract_apply_read_back(lio: Lio) -> None:
-    lio_checks.check_apply_read_back(lio, DEVICES)
+def _tpg(cfs: Configfs, iqn: str = "iqn.2026-11.org.zds:vm01") -> Path:
+    return Path(cfs.root, "iscsi", iqn, "tpgt_1")
 
 
-def test_contract_errors(lio: Lio) -> None:
-    lio_checks.check_errors(lio, DEVICES, "/dev/zvol/ctpool/missing")
+def _login(cfs: Configfs, initiator: str, iqn: str = "iqn.2026-11.org.zds:vm01") -> None:
+    """What the kernel shows in an ACL's info while that initiator is logged in."""
+    (_tpg(cfs, iqn) / "acls" / initiator / "info").write_text(
+        f"InitiatorName: {initiator}\nInitiatorAlias: esx1\n"
+        "LIO Session ID: 3   ISID: 0x00023d000001  TSIH: 3  SessionType: Normal\n"
+        "Session State: TARG_SESS_STATE_LOGGED_IN\n"
+        "---------------------[iSCSI Session Values]-----------------------\n"
+        "CID: 0   Connection State: TARG_CONN_STATE_LOGGED_IN\n"
+        "   Address 10.0.2.2 TCP  StatSN: 7\n")
 
 
-def test_contract_run_all_leaves_nothing(lio: Lio) -> None:
-    lio_checks.run_all(lio, DEVICES, "/dev/zvol/ctpool/none")
-    assert W.targets == {} and W.storage == {}
+def test_contract_on_real_rtslib(real_lio: tuple[Lio, Configfs]) -> None:
+    lio, _cfs = real_lio
+    assert lio.available()
+    lio_checks.run_all(lio, DEVICES, "/dev/zvol/ctpool/missing")
+    assert lio.list_targets() == [] and lio.list_backstores() == []
 
 
-def test_serial_set_at_creation_and_vaai_on(lio: Lio) -> None:
+def test_serial_set_at_creation_vaai_on_and_read_back_from_configfs(
+        real_lio: tuple[Lio, Configfs]) -> None:
+    lio, cfs = real_lio
     lio.apply_target(spec())
-    so = W.storage["zds-vm01"]
-    assert so.serial == "6a1e5c3d-0000-4000-8000-000000000001"
-    assert {k: int(so.attrs[k]) for k in VAAI_ATTRIBUTES} == dict(VAAI_ATTRIBUTES)
-    tpg = W.targets["iqn.2026-11.org.zds:vm01"][1]
-    assert tpg.enable and tpg.attrs["authentication"] == "1"
-    assert tpg.attrs["generate_node_acls"] == "0"
-    assert tpg.portals == {("0.0.0.0", 3260)}
-    acl = tpg.acls["iqn.1998-01.com.vmware:esx1"]
-    assert acl.mapped == {0: 0}
-    assert acl.auth == {"userid": "esx", "password": "secret123456", "userid_mutual": "",
-                        "password_mutual": ""}
+    serial = glob.glob(f"{cfs.root}/core/iblock_*/zds-vm01/wwn/vpd_unit_serial")
+    assert Path(serial[0]).read_text().strip() == (
+        "T10 VPD Unit Serial Number: 6a1e5c3d-0000-4000-8000-000000000001")
+    tpg = _tpg(cfs)
+    assert (tpg / "enable").read_text().strip() == "1"
+    assert (tpg / "attrib" / "authentication").read_text().strip() == "1"
+    assert (tpg / "np" / "0.0.0.0:3260").is_dir()
+    acl = tpg / "acls" / "iqn.1998-01.com.vmware:esx1"
+    assert (acl / "auth" / "userid").read_text().strip() == "esx"
+    assert (acl / "lun_0").is_dir()
+    live = lio.get_target("iqn.2026-11.org.zds:vm01")
+    assert live is not None and live.spec.luns[0].attributes == dict(VAAI_ATTRIBUTES)
+    assert live.spec == lio.list_targets()[0].spec
+    assert lio.get_target("iqn.2026-11.org.zds:nosuch") is None
 
 
-def test_second_apply_writes_nothing(lio: Lio) -> None:
+def test_second_apply_writes_nothing(real_lio: tuple[Lio, Configfs]) -> None:
+    lio, cfs = real_lio
     lio.apply_target(spec())
-    before = W.writes
+    before = cfs.snapshot()
     lio.apply_target(spec())
-    assert W.writes == before, "an unchanged spec must not touch configfs"
+    assert cfs.snapshot() == before, "a repeated apply must not write to configfs"
 
 
-def test_sessions_are_read_back_and_acl_removal_ends_them(lio: Lio) -> None:
+def test_sessions_are_read_back_and_acl_removal_ends_them(
+        real_lio: tuple[Lio, Configfs]) -> None:
+    lio, cfs = real_lio
     lio.apply_target(spec())
-    W.targets["iqn.2026-11.org.zds:vm01"][1].acls["iqn.1998-01.com.vmware:esx1"].session = True
+    _login(cfs, "iqn.1998-01.com.vmware:esx1")
     (live,) = lio.list_targets()
     assert live.sessions == ("iqn.1998-01.com.vmware:esx1",)
     lio.apply_target(spec(acls=(AclSpec("iqn.2026-11.org.example.kvm:h1"),)))
@@ -415,26 +263,50 @@ def test_sessions_are_read_back_and_acl_removal_ends_them(lio: Lio) -> None:
     assert lio.tpg_attributes("iqn.2026-11.org.zds:vm01")["authentication"] == 0
 
 
-def test_backstore_device_taken_by_another_name(lio: Lio) -> None:
+def test_backstore_device_taken_by_another_name(real_lio: tuple[Lio, Configfs]) -> None:
+    lio, cfs = real_lio
     lio.apply_target(spec())
     other = spec(iqn="iqn.2026-11.org.zds:vm02",
                  luns=(LunSpec("zds-vm02", DEVICES[0], "6a1e5c3d-0000-4000-8000-000000000002"),))
-    with pytest.raises(Conflict):
+    with pytest.raises(Conflict, match="already in use"):
         lio.apply_target(other)
-    assert "iqn.2026-11.org.zds:vm02" not in W.targets
+    assert not Path(cfs.root, "iscsi", "iqn.2026-11.org.zds:vm02").exists()
 
 
-def test_changed_serial_recreates_unshared_backstore(lio: Lio) -> None:
+def test_changed_serial_recreates_unshared_backstore(real_lio: tuple[Lio, Configfs]) -> None:
+    lio, cfs = real_lio
     lio.apply_target(spec())
     new = spec(luns=(LunSpec("zds-vm01", DEVICES[0], "6a1e5c3d-0000-4000-8000-0000000000ff"),))
     lio.apply_target(new)
     (live,) = lio.list_targets()
     assert live.spec.luns[0].serial == "6a1e5c3d-0000-4000-8000-0000000000ff"
-    assert W.targets["iqn.2026-11.org.zds:vm01"][1].acls[
-        "iqn.1998-01.com.vmware:esx1"].mapped == {0: 0}
+    assert (_tpg(cfs) / "acls" / "iqn.1998-01.com.vmware:esx1" / "lun_0").is_dir()
 
 
-def test_hostile_input_never_reaches_rtslib(lio: Lio) -> None:
+def test_a_batch_applies_every_good_target_and_reports_each_bad_one(
+        real_lio: tuple[Lio, Configfs]) -> None:
+    lio, _cfs = real_lio
+    good = [spec(iqn=f"iqn.2026-11.org.zds:vm0{i}",
+                 luns=(LunSpec(f"zds-vm0{i}", DEVICES[i],
+                               f"6a1e5c3d-0000-4000-8000-00000000000{i}"),))
+            for i in range(2)]
+    clash = spec(iqn="iqn.2026-11.org.zds:vm09",
+                 luns=(LunSpec("zds-vm09", DEVICES[0], "6a1e5c3d-0000-4000-8000-000000000009"),))
+    missing = spec(iqn="iqn.2026-11.org.zds:vm08",
+                   luns=(LunSpec("zds-vm08", "/dev/zvol/ctpool/none", "abc"),))
+    failed = lio.apply_targets([*good, clash, missing])
+    assert set(failed) == {clash.iqn, missing.iqn}, failed
+    assert isinstance(failed[clash.iqn], Conflict)
+    assert isinstance(failed[missing.iqn], NotFound)
+    assert [t.spec.iqn for t in lio.list_targets()] == [g.iqn for g in good]
+    assert lio.list_backstores() == ["zds-vm00", "zds-vm01"]
+    assert lio.apply_targets(good) == {}  # idempotent
+
+
+def test_hostile_input_never_reaches_rtslib(real_lio: tuple[Lio, Configfs]) -> None:
+    lio, cfs = real_lio
+    lio.available()
+    before = cfs.snapshot()
     for bad in ("iqn.2026-11.org.zds:x\nrm", "iqn.2026-11.org.zds:../../x", "-iqn"):
         with pytest.raises(InvalidInput):
             lio.apply_target(spec(iqn=bad))
@@ -444,12 +316,13 @@ def test_hostile_input_never_reaches_rtslib(lio: Lio) -> None:
         lio.apply_target(spec(luns=(LunSpec("ok", DEVICES[0], "bad serial"),)))
     with pytest.raises(NotFound):
         lio.apply_target(spec(luns=(LunSpec("ok", "/dev/zvol/none", "abc"),)))
-    assert W.targets == {} and W.storage == {} and W.writes == 0
+    assert cfs.snapshot() == before
 
 
-def test_without_rtslib_everything_is_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_rtslib_or_configfs_everything_is_unavailable(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setitem(sys.modules, "rtslib_fb", None)
-    real = Lio()
+    real = Lio(configfs_root=str(tmp_path / "no-configfs"))
     assert real.available() is False
     with pytest.raises(Unavailable):
         real.list_targets()
@@ -457,8 +330,23 @@ def test_without_rtslib_everything_is_unavailable(monkeypatch: pytest.MonkeyPatc
         real.remove_target("iqn.2026-11.org.zds:vm01")
 
 
-def test_dbroot_made_and_backstore_cache_dropped(lio: Lio) -> None:
+def test_dbroot_pr_and_alua_made_and_backstore_cache_dropped(
+        real_lio: tuple[Lio, Configfs], tmp_path: Path) -> None:
+    lio, _cfs = real_lio
     rtslib = sys.modules["rtslib_fb"]
-    lio.list_backstores()
-    assert Path(RTSRoot._preferred_dbroot).is_dir()
-    assert rtslib.tcm.bs_cache == {}
+    rtslib.tcm.bs_cache["iblock/stale"] = 7
+    lio.apply_target(spec())
+    assert (tmp_path / "dbroot").is_dir()
+    # the kernel writes persistent-reservation state here; PR OUT fails without it
+    assert (tmp_path / "dbroot" / "pr").is_dir() and (tmp_path / "dbroot" / "alua").is_dir()
+    assert "iblock/stale" not in rtslib.tcm.bs_cache
+
+
+def test_reader_skips_what_vanishes_mid_walk(real_lio: tuple[Lio, Configfs]) -> None:
+    """A writer may remove an object between a listing and a read: the reader skips it."""
+    lio, cfs = real_lio
+    lio.apply_target(spec())
+    udev = glob.glob(f"{cfs.root}/core/iblock_*/zds-vm01/udev_path")[0]
+    os.unlink(udev)  # as if the backstore went away between listdir and read
+    (live,) = lio.list_targets()
+    assert live.spec.luns == () and lio.list_backstores() == []

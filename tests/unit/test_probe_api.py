@@ -9,66 +9,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
+from appliance.host.factory import ProbeHosts
+from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.zfs import GiB
 from appliance.host.fio import FakeFio
-from appliance.probes.attach import PROBE_EXPORT_IDS, IscsiSelfAttach, NfsSelfAttach
-from appliance.probes.execute import ProbeExecutor
-from appliance.probes.service import ProbeService, for_engine
+from appliance.probes.attach import PROBE_EXPORT_IDS
+from appliance.probes.service import ProbeService, build
 from tests.unit.conftest import Rig, make_rig
 
 FIX = Path(__file__).parent / "fixtures"
 ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
-
-
-class FakeMounter:
-    def __init__(self) -> None:
-        self.mounts: list[tuple[str, str, str, int]] = []
-        self.unmounts: list[str] = []
-
-    def mount(self, server: str, export_path: str, mountpoint: str, version: int = 3,
-              port: int = 2049, mountport: int = 20048) -> None:
-        self.mounts.append((server, export_path, mountpoint, version))
-
-    def umount(self, mountpoint: str) -> None:
-        self.unmounts.append(mountpoint)
-
-
-class FakeInitiator:
-    def __init__(self, events: list[str] | None = None) -> None:
-        self.logins: list[str] = []
-        self.logouts: list[str] = []
-        self.events = events if events is not None else []
-
-    def initiator_name(self) -> str:
-        return "iqn.1993-08.org.debian:01:zdsself"
-
-    def login(self, iqn: str, host: str, port: int, timeout: float = 30.0) -> str:
-        self.logins.append(iqn)
-        self.events.append("login")
-        return "/dev/sdz"
-
-    def logout(self, iqn: str, host: str, port: int) -> None:
-        self.logouts.append(iqn)
-        self.events.append("logout")
-
-
-class FakeDevFs:
-    """Records the ext4 made on scratch devices; ``events`` interleaves with the
-    initiator's logins/logouts to check the order of teardown."""
-
-    def __init__(self, events: list[str]) -> None:
-        self.made: list[tuple[str, str]] = []
-        self.unmounted: list[str] = []
-        self.events = events
-
-    def mount_new_filesystem(self, device: str, mountpoint: str) -> str:
-        self.made.append((device, mountpoint))
-        self.events.append(f"mount {device}")
-        return "ext4"
-
-    def unmount(self, mountpoint: str) -> None:
-        self.unmounted.append(mountpoint)
-        self.events.append(f"unmount {mountpoint}")
 
 
 class Probe:
@@ -82,12 +32,9 @@ class Probe:
         seen: list[Any] = []
         self.seen_during_run = seen
         self.devfs = FakeDevFs(self.events) if with_devfs else None
-        self.service: ProbeService = for_engine(
-            rig.engine, executor=ProbeExecutor(self.fio, str(tmp_path / "work")),
-            attachers={"nfs": NfsSelfAttach(rig.ganesha, self.mounter),
-                       "iscsi": IscsiSelfAttach(rig.lio, self.initiator, "iqn.2026-11.io.zds")},
-            devfs=self.devfs)
-        rig.engine.probes = self.service  # type: ignore[attr-defined]
+        self.service: ProbeService = build(rig.engine.ctx, ProbeHosts(
+            fio=self.fio, mounter=self.mounter, initiator=self.initiator, devfs=self.devfs))
+        rig.engine.probes = self.service
 
 
 @pytest.fixture

@@ -127,7 +127,7 @@ def test_initiator_name_is_generated_before_iscsids_first_start(tmp_path: Path) 
 
 
 def test_leftover_probe_exports_and_targets_are_removed() -> None:
-    from appliance.host.ganesha import ClientRule, ExportSpec
+    from appliance.host.ganesha_config import ClientRule, ExportSpec
     from appliance.host.lio import AclSpec, LunSpec, TargetSpec
     from appliance.probes.attach import IscsiSelfAttach
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from appliance import reconcile as rc
-from appliance.host.ganesha import ClientRule, ExportSpec, LiveExport
+from appliance.host.ganesha import LiveExport
+from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.host.lio import AclSpec, LiveTarget, LunSpec, TargetSpec
 from appliance.model import (
     DatastoreRecord,
@@ -46,7 +47,7 @@ def plan(exports: Sequence[ExportSpec] = (), live_exports: Sequence[LiveExport] 
 
 def test_in_sync_plans_nothing() -> None:
     e, t = export(100), target("a")
-    actions = plan([e], [LiveExport(100, e.path, e.pseudo)], {100: render(e)}, [t],
+    actions = plan([e], [LiveExport(100, e.path)], {100: render(e)}, [t],
                    [LiveTarget(t)], ["zds-a"])
     assert actions == []
 
@@ -60,15 +61,15 @@ def test_missing_export_and_target_are_added() -> None:
 def test_changed_export_is_updated_not_readded() -> None:
     old, new = export(100), ExportSpec(100, "/tank/datastores/a", "/tank/datastores/a", (3,),
                                        (ClientRule(("192.0.2.9",), "RO"),))
-    actions = plan([new], [LiveExport(100, old.path, old.pseudo)], {100: render(old)})
+    actions = plan([new], [LiveExport(100, old.path)], {100: render(old)})
     assert [(a.kind, a.export) for a in actions] == [("update_export", new)]
 
 
 def test_only_our_objects_are_removed() -> None:
     foreign = TargetSpec("iqn.2003-01.org.linux-iscsi.other:x", (), ())
     ours = target("gone")
-    actions = plan(live_exports=[LiveExport(1, "/admin", "/admin"),
-                                 LiveExport(101, "/tank/datastores/old", "/x")],
+    actions = plan(live_exports=[LiveExport(1, "/admin"),
+                                 LiveExport(101, "/tank/datastores/old")],
                    live_targets=[LiveTarget(foreign), LiveTarget(ours)],
                    backstores=["zds-gone", "zds-orphan", "userbackstore"])
     kinds = [(a.kind, a.subject) for a in actions]

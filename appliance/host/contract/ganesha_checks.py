@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 from appliance.errors import Conflict, InvalidInput, NotFound
 from appliance.host.contract import expect
-from appliance.host.ganesha import ClientRule, ExportSpec, GaneshaHost, render_export_block
+from appliance.host.ganesha import GaneshaHost
+from appliance.host.ganesha_config import ClientRule, ExportSpec, render_export_block
 
 RW_LOCAL = (ClientRule(("127.0.0.1",), "RW"),)
 RO_LOCAL = (ClientRule(("127.0.0.1",), "RO"),)
@@ -24,7 +25,13 @@ def _spec(export_id: int, path: str, clients: tuple[ClientRule, ...] = RW_LOCAL,
 
 
 def _ours(host: GaneshaHost) -> dict[int, tuple[str, str]]:
-    return {e.export_id: (e.path, e.pseudo) for e in host.list_exports() if e.export_id >= 900}
+    out = {}
+    for e in host.list_exports():
+        if e.export_id >= 900:
+            shown = host.get_export(e.export_id)
+            assert shown is not None and shown.path == e.path, (e, shown)
+            out[e.export_id] = (e.path, shown.pseudo)
+    return out
 
 
 def check_contract(
@@ -80,6 +87,11 @@ def check_contract(
     assert host.connected_clients(902) == []
     assert host.connected_clients(999) == []  # unknown id: nobody
 
+    assert host.get_export(999) is None
+    act = host.activity()
+    assert {900, 901, 902} <= set(act.exports), act
+    assert act.exports[902].path == c_path
+
     # remove: gone live and on disk; again and unknown ids are no error
     host.remove_export(900)
     assert _ours(host) == {901: (b_path, b_path), 902: (c_path, c_path)}
@@ -90,3 +102,35 @@ def check_contract(
     host.remove_export(902)
     assert _ours(host) == {}
     assert host.rendered(901) is None
+
+    check_batch(host, make_dir, missing_dir)
+
+
+def check_batch(
+    host: GaneshaHost, make_dir: Callable[[str], str], missing_dir: Callable[[str], str]
+) -> None:
+    """add_exports adds every good export in one go and reports each bad one with the
+    error add_export gives for it; an export already live is updated, not doubled."""
+    paths = [make_dir(f"contract-batch{i}") for i in range(5)]
+    host.add_export(_spec(913, paths[3], RO_LOCAL))
+    good = [_spec(910 + i, p) for i, p in enumerate(paths[:3])]
+    # ganesha itself refuses a block whose pseudo path is taken and stops the batch there:
+    # the blocks after it must still be added
+    specs = [good[0], _spec(916, paths[4], pseudo=paths[3]), *good[1:],
+             _spec(914, missing_dir("contract-batch-missing")),  # not mounted
+             _spec(915, paths[0], pseudo=paths[0] + "x"),  # same path as 910
+             _spec(913, paths[3])]  # live already: updated to RW
+    failed = host.add_exports(specs)
+    try:
+        assert set(failed) == {914, 915, 916}, failed
+        assert all(isinstance(failed[i], Conflict) for i in (914, 915, 916)), failed
+        assert _ours(host) == {910: (paths[0], paths[0]), 911: (paths[1], paths[1]),
+                               912: (paths[2], paths[2]), 913: (paths[3], paths[3])}
+        for spec in [*good, specs[-1]]:
+            assert host.rendered(spec.export_id) == render_export_block(spec)
+        assert all(host.rendered(i) is None for i in (914, 915, 916))
+        assert host.add_exports([]) == {}
+    finally:
+        for eid in range(910, 917):
+            host.remove_export(eid)
+    assert _ours(host) == {}

@@ -4,25 +4,37 @@ Same validation (``check_spec``/``render_export_block``), same errors, same idem
 - ``down = True`` makes every DBus-backed call raise ``Unavailable`` (``available()`` is
   False; ``rendered()`` still answers, as the real one reads a file);
 - ``missing_paths`` holds export paths that "do not exist on this host" (``Conflict``);
-- ``set_connected(export_id, [addr, ...])`` simulates clients using an export;
+- ``set_connected(export_id, [addr, ...])`` simulates clients using an export now (what
+  ShowExports/ShowClients would then say; who counts as connected is decided by the same
+  :func:`~appliance.host.ganesha.active_clients` as for the real one);
 - ``calls`` records the DBus methods the real adapter would have called.
 
-tests/ganesha_contract.py holds both to the same behaviour.
+appliance.host.contract.ganesha_checks holds both to the same behaviour.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from appliance.errors import Conflict, NotFound, Unavailable
+from appliance.errors import Conflict, NotFound, Unavailable, ZdsError
 from appliance.host.ganesha import (
-    ExportSpec,
+    Activity,
+    ClientActivity,
+    ExportActivity,
+    ExportDisplay,
     LiveExport,
+    active_clients,
+)
+from appliance.host.ganesha_config import (
+    ExportSpec,
     check_export_id,
     check_spec,
     render_export_block,
 )
+
+_FAMILY = {3: frozenset({"NFSv3", "MNT"}), 4: frozenset({"NFSv41"})}
 
 
 @dataclass
@@ -51,12 +63,24 @@ class FakeGanesha:
 
     def list_exports(self) -> list[LiveExport]:
         self._up("ShowExports", 0)
-        return [LiveExport(s.export_id, s.path, s.pseudo) for _, s in sorted(self._live.items())]
+        return [LiveExport(s.export_id, s.path) for _, s in sorted(self._live.items())]
+
+    def get_export(self, export_id: int) -> ExportDisplay | None:
+        check_export_id(export_id)
+        self._up("DisplayExport", export_id)
+        s = self._live.get(export_id)
+        if s is None:
+            return None
+        return ExportDisplay(s.export_id, s.path, s.pseudo, "",
+                             tuple(c for rule in s.clients for c in rule.clients))
 
     def rendered(self, export_id: int) -> str | None:
         return self._files.get(export_id)
 
     def add_export(self, spec: ExportSpec) -> None:
+        self._add(spec, lambda: self._up("ShowExports", 0))
+
+    def _add(self, spec: ExportSpec, show: Callable[[], None]) -> None:
         s = check_spec(spec)
         text = render_export_block(s)
         if s.path in self.missing_paths:
@@ -64,7 +88,7 @@ class FakeGanesha:
                 f"cannot export {s.path}: no such directory on this host (is the dataset "
                 "mounted?)"
             )
-        self._up("ShowExports", 0)
+        show()
         live = self._live.get(s.export_id)
         if live is not None:
             self._same_path(s, live)
@@ -73,10 +97,20 @@ class FakeGanesha:
         self._unique(s, self._live.values())
         self._store(s, text, "AddExport")
 
+    def add_exports(self, specs: Sequence[ExportSpec]) -> dict[int, ZdsError]:
+        self._up("ShowExports", 0)  # then the one batch AddExport (recorded per id)
+        failed: dict[int, ZdsError] = {}
+        for spec in specs:
+            try:
+                self._add(spec, lambda: None)
+            except ZdsError as exc:
+                failed[spec.export_id] = exc
+        return failed
+
     def update_export(self, spec: ExportSpec) -> None:
         s = check_spec(spec)
         text = render_export_block(s)
-        self._up("ShowExports", 0)
+        self._up("DisplayExport", s.export_id)
         live = self._live.get(s.export_id)
         if live is None:
             raise NotFound(f"NFS export {s.export_id} is not live in nfs-ganesha")
@@ -91,12 +125,28 @@ class FakeGanesha:
         self._files.pop(export_id, None)
         self._connected.pop(export_id, None)
 
+    def activity(self) -> Activity:
+        self._up("ShowExports", 0)
+        self._up("ShowClients", 0)
+        now = time.time()
+        exports: dict[int, ExportActivity] = {}
+        clients: dict[str, set[str]] = {}
+        for eid, spec in self._live.items():
+            addrs = self._connected.get(eid, [])
+            used = frozenset().union(*(_FAMILY[p] for p in spec.protocols)) if addrs \
+                else frozenset()
+            exports[eid] = ExportActivity(eid, spec.path, used, now if addrs else 0.0)
+            for a in addrs:
+                clients.setdefault(a, set()).update(used)
+        rows = tuple(ClientActivity(a, frozenset(p), now) for a, p in sorted(clients.items()))
+        return Activity(now, exports, rows)
+
     def connected_clients(self, export_id: int) -> list[str]:
         check_export_id(export_id)
-        self._up("ShowClients", export_id)
-        if export_id not in self._live:
+        shown = self.get_export(export_id)
+        if shown is None:
             return []
-        return list(self._connected.get(export_id, []))
+        return active_clients(self.activity(), export_id, shown.clients)
 
     # -- helpers -----------------------------------------------------------------------------
 

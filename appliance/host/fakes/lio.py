@@ -13,11 +13,11 @@ so tests can assert that a repeated apply changed nothing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from appliance.errors import Conflict, NotFound, Unavailable
+from appliance.errors import Conflict, NotFound, Unavailable, ZdsError
 from appliance.host.lio import (
     VAAI_ATTRIBUTES,
     AclSpec,
@@ -122,18 +122,33 @@ class FakeLio:
 
     def list_targets(self) -> list[LiveTarget]:
         self._up()
-        out: list[LiveTarget] = []
-        for t in sorted(self.targets.values(), key=lambda t: t.iqn):
-            luns = []
-            for n in sorted(t.luns):
-                b = self.backstores[t.luns[n]]
-                luns.append(LunSpec(backstore=b.name, device=b.device, serial=b.serial, lun=n,
-                                    attributes={k: b.attributes[k] for k in VAAI_ATTRIBUTES}))
-            acls = tuple(AclSpec(i, t.acls[i].chap) for i in sorted(t.acls))
-            spec = TargetSpec(iqn=t.iqn, luns=tuple(luns), acls=acls,
-                              portals=tuple(sorted(t.portals)))
-            out.append(LiveTarget(spec=spec, sessions=tuple(sorted(t.sessions))))
-        return out
+        return [self._live(t) for t in sorted(self.targets.values(), key=lambda t: t.iqn)]
+
+    def get_target(self, iqn: str) -> LiveTarget | None:
+        self._up()
+        t = self.targets.get(iqn)
+        return self._live(t) if t is not None else None
+
+    def _live(self, t: _Target) -> LiveTarget:
+        luns = []
+        for n in sorted(t.luns):
+            b = self.backstores[t.luns[n]]
+            luns.append(LunSpec(backstore=b.name, device=b.device, serial=b.serial, lun=n,
+                                attributes={k: b.attributes[k] for k in VAAI_ATTRIBUTES}))
+        acls = tuple(AclSpec(i, t.acls[i].chap) for i in sorted(t.acls))
+        spec = TargetSpec(iqn=t.iqn, luns=tuple(luns), acls=acls,
+                          portals=tuple(sorted(t.portals)))
+        return LiveTarget(spec=spec, sessions=tuple(sorted(t.sessions)))
+
+    def apply_targets(self, specs: Sequence[TargetSpec]) -> dict[str, ZdsError]:
+        self._up()
+        failed: dict[str, ZdsError] = {}
+        for spec in specs:
+            try:
+                self.apply_target(spec)
+            except ZdsError as exc:
+                failed[spec.iqn] = exc
+        return failed
 
     def apply_target(self, spec: TargetSpec) -> None:
         self._up()

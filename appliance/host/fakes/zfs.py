@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound, Unavailable
@@ -162,6 +162,14 @@ def _vdev_sizes(kind: str, sizes: list[int]) -> tuple[int, int]:
 
 
 _MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
+
+
+def _only(info: DatasetInfo, properties: Sequence[str] | None) -> DatasetInfo:
+    """What ``zfs get PROP,...`` returns: only those properties (and ``type``)."""
+    if properties is None:
+        return info
+    keep = {"type", *properties}
+    return replace(info, properties={k: v for k, v in info.properties.items() if k in keep})
 
 
 class FakeZfs:
@@ -554,24 +562,35 @@ class FakeZfs:
                                    f"'{key}'")
         p.props.update(properties)
 
-    def list_datasets(self, root: str) -> list[DatasetInfo]:
+    def list_datasets(self, root: str,
+                      properties: Sequence[str] | None = None) -> list[DatasetInfo]:
         self._up()
         pool = self._pools.get(root.split("/")[0])
         if pool is None or not pool.imported or root not in pool.datasets:
             return []
         names = sorted(n for n in pool.datasets if n == root or n.startswith(root + "/"))
-        return [self._info(pool, pool.datasets[n]) for n in names]
+        return [_only(self._info(pool, pool.datasets[n]), properties) for n in names]
 
-    def get_dataset(self, name: str) -> DatasetInfo | None:
+    def get_dataset(self, name: str,
+                    properties: Sequence[str] | None = None) -> DatasetInfo | None:
         self._up()
         if "@" in name:
             try:
                 ds, snap = self._snap(name)
             except NotFound:
                 return None
-            return self._snap_info(self._pool_of(name), ds, snap)
+            return _only(self._snap_info(self._pool_of(name), ds, snap), properties)
         found = self._find(name)
-        return None if found is None else self._info(self._pool_of(name), found)
+        return None if found is None else _only(self._info(self._pool_of(name), found),
+                                                properties)
+
+    def snapshot_counts(self, root: str) -> dict[str, int]:
+        self._up()
+        pool = self._pools.get(root.split("/")[0])
+        if pool is None or not pool.imported or root not in pool.datasets:
+            return {}
+        return {n: len(ds.snaps) for n, ds in pool.datasets.items()
+                if (n == root or n.startswith(root + "/")) and ds.snaps}
 
     def _info(self, pool: _Pool, ds: _Ds) -> DatasetInfo:
         avail = self._pool_avail(pool)

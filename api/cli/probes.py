@@ -9,15 +9,13 @@ datastore and the result is posted to the API, so it sits beside the appliance's
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from api.cli import Client as Client  # re-exported: tests patch cli_probe.Client
-from api.cli import _out, _table
+from api.cli.common import client, out, table, wiring
 
 STEP_COLS = [("iops", "IOPS"), ("mbps", "MB/s"), ("lat_mean_ms", "mean ms"),
              ("lat_p50_ms", "p50"), ("lat_p95_ms", "p95"), ("lat_p99_ms", "p99"),
@@ -60,11 +58,11 @@ def describe_result(r: dict[str, Any]) -> str:
     if len(steps) > 1:
         rows = [{"step": st["label"], **{label: _fmt(st["metrics"].get(k))
                                          for k, label in STEP_COLS}} for st in steps]
-        lines.append(_table(rows, ["step", *(label for _, label in STEP_COLS)]))
+        lines.append(table(rows, ["step", *(label for _, label in STEP_COLS)]))
     pub = r.get("published") or []
     if pub:
         lines.append("published figures:")
-        lines.append(_table([{"metric": p["metric"], "step": p["step"] or "-",
+        lines.append(table([{"metric": p["metric"], "step": p["step"] or "-",
                               "context": p["context"],
                               "published": f"{_fmt(p['published'])} {p['unit']}",
                               "measured": _fmt(p["measured"]), "ratio": _fmt(p["ratio"])}
@@ -86,36 +84,26 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _client_run(args: argparse.Namespace) -> dict[str, Any]:
-    from appliance.host.fio import Fio
-    from appliance.host.localfs import LocalFs, fs_usage, is_block_device
-    from appliance.host.net import Iperf3
-    from appliance.host.run import SubprocessRunner
-    from appliance.host.spawn import PopenSpawner
-    from appliance.host.sysstat import SysStats
     from appliance.probes.client import run_on_client
-    from appliance.probes.execute import CancelToken, ProbeExecutor
+    from appliance.probes.execute import CancelToken
 
-    runner = SubprocessRunner()
-    spawner = PopenSpawner()
-    fs = LocalFs(runner)
     workroot = args.workdir or str(Path.home() / ".cache" / "zds" / "probe-work")
-    executor = ProbeExecutor(Fio(runner, spawner), workroot, stats=SysStats(),
-                             iperf=Iperf3(runner, spawner), sync=fs.sync)
+    tools = wiring(args).client_tools(workroot)
     token = CancelToken()
     host = urlparse(args.server).hostname or "127.0.0.1"
     try:
         result = run_on_client(
-            executor, args.profile, _overrides(args), args.datastore, path=args.path,
-            device=args.device, force=args.force, usage=fs_usage, make_dir=fs.make_dir,
-            remove_tree=fs.remove_tree, is_block=is_block_device, cancel=token,
-            appliance_host=host)
+            tools.executor, args.profile, _overrides(args), args.datastore, path=args.path,
+            device=args.device, force=args.force, usage=tools.usage,
+            make_dir=tools.make_dir, remove_tree=tools.remove_tree, is_block=tools.is_block,
+            cancel=token, hostname=tools.hostname, appliance_host=host)
     except KeyboardInterrupt:
         token.cancel()
         raise
     body = result.to_dict()
     if args.no_post:
         return body
-    posted: dict[str, Any] = Client(args).call("POST", "/probes/results", body)
+    posted: dict[str, Any] = client(args).call("POST", "/probes/results", body)
     return posted
 
 
@@ -123,18 +111,18 @@ def cmd_probe(args: argparse.Namespace) -> int:
     cmd = args.probe_cmd
     if cmd == "run" and (args.path or args.device or args.here):
         r = _client_run(args)
-        _out(args, r, describe_result)
+        out(args, r, describe_result)
         return 0 if r["status"] == "ok" else 1
-    c = Client(args)
+    c = client(args)
     if cmd == "profiles" or (cmd == "list" and args.profiles):
-        _out(args, c.call("GET", "/probes/profiles"),
-             lambda rows: _table(rows, ["name", "kind", "what"]))
+        out(args, c.call("GET", "/probes/profiles"),
+             lambda rows: table(rows, ["name", "kind", "what"]))
     elif cmd == "list":
         params = {k: v for k, v in (("profile", args.profile), ("datastore", args.datastore),
                                     ("target", args.target), ("status", args.status),
                                     ("limit", args.limit)) if v is not None}
         rows = c.call("GET", "/probes/results", params=params)
-        _out(args, rows, lambda rs: _table([{
+        out(args, rows, lambda rs: table([{
             "id": r["id"], "profile": r["profile"], "target": r["target"].get("kind"),
             "datastore": r["target"].get("datastore"), "status": r["status"],
             "started": r["started_at"], "iops": _fmt(r["summary"].get("iops")),
@@ -152,23 +140,23 @@ def cmd_probe(args: argparse.Namespace) -> int:
             job = c.call("GET", f"/jobs/{job['id']}",
                          params={"wait": min(600, max(1, deadline - time.monotonic()))})
         if job["state"] in ("queued", "running"):
-            _out(args, job, lambda j: f"probe {j['result_id']} still {j['state']} "
+            out(args, job, lambda j: f"probe {j['result_id']} still {j['state']} "
                                       f"(job {j['id']})")
             return 0
         rid = job.get("result_id") or (job.get("result") or {}).get("result_id")
         try:
             r = c.call("GET", f"/probes/results/{rid}")
         except SystemExit:
-            _out(args, job, lambda j: f"job {j['id']} {j['state']}: {j.get('error')}")
+            out(args, job, lambda j: f"job {j['id']} {j['state']}: {j.get('error')}")
             return 1
-        _out(args, r, describe_result)
+        out(args, r, describe_result)
         return 0 if r["status"] == "ok" else 1
     elif cmd == "show":
-        _out(args, c.call("GET", f"/probes/results/{args.id}"), describe_result)
+        out(args, c.call("GET", f"/probes/results/{args.id}"), describe_result)
     elif cmd == "compare":
         d = c.call("GET", "/probes/compare", params={"a": args.a, "b": args.b})
-        _out(args, d, lambda x: f"a={x['a']} ({x['profile_a']})  b={x['b']} "
-                                f"({x['profile_b']})\n" + _table(
+        out(args, d, lambda x: f"a={x['a']} ({x['profile_a']})  b={x['b']} "
+                                f"({x['profile_b']})\n" + table(
             [{"metric": m["metric"], "a": _fmt(m["a"]), "b": _fmt(m["b"]),
               "b/a": _fmt(m["ratio"]), "better": m["better"]} for m in x["summary"]],
             ["metric", "a", "b", "b/a", "better"]))
@@ -182,7 +170,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if resp.status_code >= 400:
             raise SystemExit(f"zds: {resp.status_code} {resp.text}")
         Path(args.output).write_bytes(resp.content)
-        _out(args, {"written": args.output}, lambda d: f"wrote {d['written']}")
+        out(args, {"written": args.output}, lambda d: f"wrote {d['written']}")
     elif cmd == "report":
         resp = c.http.get("/probes/report", params={"ids": ",".join(args.ids),
                                                     "title": args.title})
@@ -192,14 +180,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
             sys.stdout.write(resp.text)
         else:
             Path(args.output).write_text(resp.text)
-            _out(args, {"written": args.output}, lambda d: f"wrote {d['written']}")
+            out(args, {"written": args.output}, lambda d: f"wrote {d['written']}")
     elif cmd == "cancel":
-        _out(args, c.call("POST", f"/probes/{args.id}/cancel"),
+        out(args, c.call("POST", f"/probes/{args.id}/cancel"),
              lambda d: f"cancelled {d['cancelled']}")
     return 0
 
 
-def add_probe_commands(sub: Any) -> None:
+def register(sub: Any) -> None:
     p = sub.add_parser("probe", help="performance probes (profiles from the probe catalogue)",
                        description=__doc__,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -256,6 +244,3 @@ def add_probe_commands(sub: Any) -> None:
     rp.add_argument("--title", default="ZDS probe report")
     ps.add_parser("cancel", help="stop a running probe").add_argument("id")
     p.set_defaults(func=cmd_probe)
-
-
-__all__ = ["add_probe_commands", "cmd_probe", "describe_result", "json"]

@@ -1,0 +1,140 @@
+"""Commands run on the appliance itself: serve the API, the demo, the OpenAPI document,
+first boot, the ZFS hostid, and tokens."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+from typing import Any
+
+from api.cli.common import out, settings_of, table, wiring
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.app import create_app
+
+    settings = settings_of(args)
+    engine = wiring(args).engine(settings)
+    tls = settings.tls and not args.no_tls
+    if tls:
+        local = engine.ctx.local
+        local.ensure_tls_certificate(settings.tls_cert, settings.tls_key, local.hostname())
+    uvicorn.run(
+        create_app(engine),
+        host=args.host or settings.listen,
+        port=args.port or settings.port,
+        ssl_certfile=str(settings.tls_cert) if tls else None,
+        ssl_keyfile=str(settings.tls_key) if tls else None,
+        log_level="info",
+    )
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """The API on in-memory fakes (no ZFS/LIO/ganesha needed): to try the API anywhere."""
+    import tempfile
+    from pathlib import Path
+
+    import uvicorn
+
+    from api.app import create_app
+    from appliance.demo import demo_engine
+
+    engine = demo_engine(Path(args.state_dir or tempfile.mkdtemp(prefix="zds-demo-")))
+    token = engine.tokens.create("demo", "admin")
+    print(f"ZDS demo API (in-memory fakes, nothing is stored on disk devices)\n"
+          f"  http://{args.host}:{args.port}/docs\n  token: {token}", flush=True)
+    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def cmd_openapi(args: argparse.Namespace) -> int:
+    from api.openapi import openapi_document
+
+    print(json.dumps(openapi_document(), indent=2))
+    return 0
+
+
+def cmd_token(args: argparse.Namespace) -> int:
+    from appliance.services.tokens import TokenService
+    from appliance.store import Store
+
+    tokens = TokenService(Store(settings_of(args).db_path))
+    if args.token_cmd == "create":
+        token = tokens.create(args.name, args.role)
+        out(args, {"token": token, "role": args.role, "name": args.name}, lambda d: d["token"])
+    elif args.token_cmd == "list":
+        out(args, tokens.list(), lambda rows: table(rows, ["id", "name", "role", "created",
+                                                           "last_used"]))
+    elif args.token_cmd == "revoke":
+        tokens.revoke(args.id)
+        out(args, {"revoked": args.id}, lambda d: f"revoked {d['revoked']}")
+    return 0
+
+
+def cmd_hostid(args: argparse.Namespace) -> int:
+    from appliance.hostid import ensure_machine_hostid
+
+    result = ensure_machine_hostid(wiring(args).hosts(settings_of(args)).local)
+    if args.json:
+        print(json.dumps(asdict(result)))
+    elif result.source == "kept":
+        print(f"zds: no machine UUID; hostid {result.hostid or '(none)'} kept")
+    else:
+        print(f"zds: hostid {result.hostid} from the machine UUID"
+              + (" (changed)" if result.changed else ""))
+    return 0
+
+
+def cmd_firstboot(args: argparse.Namespace) -> int:
+    from appliance.firstboot import run_firstboot
+
+    settings = settings_of(args)
+    engine = wiring(args).engine(settings)
+    try:
+        result = run_firstboot(engine)
+    finally:
+        engine.close()
+    if args.json:
+        print(json.dumps(asdict(result), indent=2))
+        return 0
+    for msg in result.messages:
+        print(f"zds: {msg}")
+    print("=" * 72)
+    print(f"ZDS appliance ready. Admin API token (also in {settings.admin_token_file}):")
+    print(f"  {result.token}")
+    if result.demo_pool:
+        print(f"  pool {result.pool!r} is a DEMO pool on sparse files: not for real data")
+    print("=" * 72)
+    return 0
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("serve", help="run the REST API")
+    s.add_argument("--host")
+    s.add_argument("--port", type=int)
+    s.add_argument("--no-tls", action="store_true")
+    s.set_defaults(func=cmd_serve)
+
+    sub.add_parser("openapi", help="print the OpenAPI document").set_defaults(func=cmd_openapi)
+    dm = sub.add_parser("demo", help="run the API on in-memory fakes (try it anywhere)")
+    dm.add_argument("--host", default="127.0.0.1")
+    dm.add_argument("--port", type=int, default=8080)
+    dm.set_defaults(func=cmd_demo)
+    sub.add_parser("firstboot", help="TLS cert, admin token, default pool (idempotent)") \
+        .set_defaults(func=cmd_firstboot)
+    sub.add_parser("hostid", help="set the ZFS hostid from the machine UUID (boot unit)") \
+        .set_defaults(func=cmd_hostid)
+
+    t = sub.add_parser("token", help="API tokens (local, on the appliance)")
+    tsub = t.add_subparsers(dest="token_cmd", required=True)
+    tc = tsub.add_parser("create")
+    tc.add_argument("--role", choices=["admin", "readonly"], default="readonly")
+    tc.add_argument("--name", default="cli")
+    tsub.add_parser("list")
+    tr = tsub.add_parser("revoke")
+    tr.add_argument("id")
+    t.set_defaults(func=cmd_token)

@@ -1,0 +1,106 @@
+"""Adoption: records for datastores a pool carries in its ``zds:*`` properties but this
+appliance's SQLite lacks, so a pool moved from another appliance (or a new system disk)
+keeps its datastores with the same export ids, IQNs and unit serials."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+
+from appliance.context import Context
+from appliance.host.zfs import DatasetInfo
+from appliance.model import (
+    DATASTORE_PARENT,
+    DATASTORE_PROPERTIES,
+    DatastoreRecord,
+    DatastoreSpec,
+    IscsiAccess,
+    NfsClient,
+)
+
+log = logging.getLogger(__name__)
+
+
+def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
+    """Adopts the managed datasets of ``pools`` that have no record; returns their names.
+    One ``zfs get -r`` per pool. Call it under the change lock."""
+    records = ctx.store.list_datastores()
+    known = {r.name for r in records}
+    export_ids = {r.export_id for r in records if r.export_id is not None}
+    iqns = {r.iqn for r in records if r.iqn}
+    serials = {r.serial for r in records if r.serial}
+    adopted = []
+    for pool in sorted(pools):
+        for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}", DATASTORE_PROPERTIES):
+            if ds.prop("zds:managed") != "true":
+                continue
+            rec = record_from_properties(pool, ds)
+            if rec is None or rec.name in known:
+                continue
+            if rec.iqn in iqns or rec.serial in serials:
+                # another datastore here has that identity: serving both would confuse
+                # every initiator. Left unadopted; drift reports it.
+                log.error("not adopting %s: its IQN or serial is in use here", ds.name)
+                continue
+            if rec.export_id is not None and rec.export_id in export_ids:
+                new_id = ctx.store.next_export_id()
+                log.warning("adopting %s: export id %d is taken here, now %d",
+                            ds.name, rec.export_id, new_id)
+                rec = replace(rec, export_id=new_id)
+                ctx.zfs.set_properties(ds.name, {"zds:export_id": str(new_id)})
+            try:
+                ctx.store.put_datastore(rec)
+            except Exception as exc:  # one bad dataset must not stop the others
+                log.error("cannot adopt %s: %s", ds.name, exc)
+                continue
+            if rec.export_id is not None:
+                ctx.store.reserve_export_id(rec.export_id)
+                export_ids.add(rec.export_id)
+            if rec.iqn:
+                iqns.add(rec.iqn)
+            if rec.serial:
+                serials.add(rec.serial)
+            adopted.append(rec.name)
+            known.add(rec.name)
+            log.info("adopted datastore %s from pool %s", rec.name, pool)
+    return adopted
+
+
+def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None:
+    """Rebuilds a record from a dataset's zds:* properties (CHAP secrets are not there)."""
+    try:
+        access = json.loads(ds.prop("zds:access", "{}"))
+        protocol = ds.prop("zds:protocol")
+        spec = DatastoreSpec(
+            name=ds.prop("zds:name"),
+            pool=pool,
+            protocol=protocol,  # type: ignore[arg-type]
+            size=int(ds.prop("zds:size")),
+            thin=ds.prop("zds:thin") != "false",
+            profile=ds.prop("zds:profile", "vmware"),  # type: ignore[arg-type]
+            nfs_clients=tuple(NfsClient(c["match"], c["access"])
+                              for c in access.get("nfs_clients", [])),
+            iscsi=IscsiAccess(tuple(access.get("initiators", [])),
+                              tuple(access.get("initiator_groups", []))),
+        )
+        export_id = ds.prop("zds:export_id")
+        chap = bool(access.get("chap"))
+        return DatastoreRecord(
+            spec=spec,
+            # CHAP secrets never go into ZFS properties: serving this LUN without them
+            # would drop its authentication, so it waits for a PUT with the CHAP settings
+            state="error" if chap else "ready",
+            export_id=int(export_id) if export_id else None,
+            iqn=ds.prop("zds:iqn") or None,
+            serial=ds.prop("zds:serial") or None,
+            origin=ds.prop("origin") or None,
+            error="adopted from pool properties: not served until its CHAP settings are "
+                  "given again with PUT" if chap else None,
+            created=time.time(),
+        )
+    except (KeyError, ValueError, TypeError) as exc:
+        log.warning("cannot adopt %s: %s", ds.name, exc)
+        return None

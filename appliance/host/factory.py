@@ -1,0 +1,124 @@
+"""The one place host adapters are made: real ones for the appliance, fakes for tests and
+``zds demo``. The engine, the probes, the CLI and the tests all take theirs from here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.fakes.lio import FakeLio
+from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
+from appliance.host.fakes.zfs import FakeZfs, GiB
+from appliance.host.fio import FakeFio, FioHost
+from appliance.host.ganesha import GaneshaHost
+from appliance.host.iscsi_initiator import Initiator
+from appliance.host.lio import LioHost
+from appliance.host.local import FakeLocalHost, LocalHost
+from appliance.host.localfs import DeviceFs
+from appliance.host.net import Iperf3
+from appliance.host.nfsclient import NfsMounter
+from appliance.host.run import Runner
+from appliance.host.sysstat import SysStats
+from appliance.host.zfs import ZfsHost
+
+# Properties every pool's root file system gets (VM-tuned; ganesha needs posixacl).
+ROOT_FS_PROPERTIES = {"compression": "lz4", "atime": "off", "xattr": "sa",
+                      "acltype": "posixacl", "dnodesize": "auto"}
+
+
+@dataclass(frozen=True)
+class ProbeHosts:
+    """What the performance probes drive: fio, and the loopback NFS/iSCSI clients."""
+
+    fio: FioHost
+    mounter: NfsMounter
+    initiator: Initiator
+    devfs: DeviceFs | None
+    iperf: Iperf3 | None = None
+    stats: SysStats | None = None
+    sync: Callable[[str], float] | None = None
+
+
+@dataclass(frozen=True)
+class HostAdapters:
+    """Everything of the OS the engine touches. ``probes`` is None where probes cannot
+    reach a datastore through a protocol (only the local target runs)."""
+
+    zfs: ZfsHost
+    lio: LioHost
+    ganesha: GaneshaHost
+    local: LocalHost
+    probes: ProbeHosts | None = None
+
+
+def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
+    """fio, iperf3, the kernel NFS client and open-iscsi on this machine."""
+    from appliance.host.fio import Fio
+    from appliance.host.iscsi_initiator import IscsiInitiator
+    from appliance.host.localfs import LocalFs
+    from appliance.host.nfsclient import NfsClient
+    from appliance.host.run import SubprocessRunner
+    from appliance.host.spawn import PopenSpawner
+
+    runner = runner or SubprocessRunner()
+    spawner = PopenSpawner()
+    fs = LocalFs(runner)
+    return ProbeHosts(fio=Fio(runner, spawner), mounter=NfsClient(runner),
+                      initiator=IscsiInitiator(runner), devfs=fs,
+                      iperf=Iperf3(runner, spawner), stats=SysStats(), sync=fs.sync)
+
+
+def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address: str | None,
+               runner: Runner | None = None) -> HostAdapters:
+    """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
+    from appliance.host.ganesha import Ganesha
+    from appliance.host.lio import Lio
+    from appliance.host.local import RealLocalHost
+    from appliance.host.run import SubprocessRunner
+    from appliance.host.zfs import Zfs
+
+    runner = runner or SubprocessRunner()
+    return HostAdapters(
+        # demo/test pools on sparse files live in <state>/pools/<pool>/: import
+        # searches there too, besides the disks
+        zfs=Zfs(runner, import_dirs=(str(state_dir / "pools" / "*"),)),
+        lio=Lio(),
+        ganesha=Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address),
+        local=RealLocalHost(runner),
+        probes=real_probe_hosts(runner),
+    )
+
+
+@dataclass
+class FakeHosts:
+    """The in-memory twins, typed as such so tests can steer them; ``adapters()`` is what
+    the engine gets. Each fake is held to its real adapter by appliance.host.contract."""
+
+    zfs: FakeZfs
+    lio: FakeLio
+    ganesha: FakeGanesha
+    local: FakeLocalHost
+    fio: FakeFio = field(default_factory=FakeFio)
+    mounter: FakeMounter = field(default_factory=FakeMounter)
+    initiator: FakeInitiator = field(default_factory=FakeInitiator)
+    devfs: FakeDevFs | None = None
+
+    def adapters(self) -> HostAdapters:
+        return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
+                            ProbeHosts(fio=self.fio, mounter=self.mounter,
+                                       initiator=self.initiator, devfs=self.devfs))
+
+
+def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
+               disks: dict[str, int] | None = None, hostname: str = "zds-test") -> FakeHosts:
+    """Fakes with one imported pool (``pool=None``: none) and spare ``disks``
+    (path -> size) that pools can be made of."""
+    zfs = (FakeZfs.with_pool(pool, pool_size, fs_properties=ROOT_FS_PROPERTIES)
+           if pool else FakeZfs())
+    for path, size in (disks or {}).items():
+        zfs.add_disk(path, size)
+    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=FakeGanesha(),
+                     local=FakeLocalHost(devices=set(disks or {}), name=hostname))

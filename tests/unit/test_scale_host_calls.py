@@ -1,0 +1,275 @@
+"""Reads cost the same number of host calls at 2 or 200 datastores.
+
+The engine runs on the real adapters: Zfs and Ganesha on a RecordingRunner that answers
+like zfs 2.3 and nfs-ganesha 5 would for N datastores (half NFS, half iSCSI), and Lio's
+configfs reader on a directory laid out like /sys/kernel/config/target with N targets.
+Every command and DBus call is counted, and so are the configfs walks; listing the
+datastores, one datastore, health, drift and a background reconcile with nothing to do
+must make exactly as many at N = 200 as at N = 2 (one of each protocol).
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from appliance.engine import Engine
+from appliance.host.factory import HostAdapters
+from appliance.host.ganesha import Ganesha
+from appliance.host.lio import VAAI_ATTRIBUTES, ConfigfsReader, Lio
+from appliance.host.local import FakeLocalHost
+from appliance.host.run import CommandResult, RecordingRunner
+from appliance.host.zfs import Zfs
+from appliance.model import (
+    DatastoreRecord,
+    DatastoreSpec,
+    IscsiAccess,
+    NfsClient,
+)
+from appliance.reconcile import backstore_name, export_spec
+from appliance.settings import Settings
+
+POOL = "tank"
+ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
+PROTOCOL_NAMES = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42", "9P")
+
+
+class SimulatedHost:
+    """zfs/zpool output, ganesha's DBus replies and a configfs tree for N datastores."""
+
+    def __init__(self, root: Path, n: int) -> None:
+        self.root = root
+        self.records: list[DatastoreRecord] = []
+        for i in range(n):
+            nfs = i % 2 == 0
+            name = f"ds{i:04d}"
+            spec = DatastoreSpec(
+                name=name, pool=POOL, protocol="nfs3" if nfs else "iscsi", size=64 << 20,
+                nfs_clients=(NfsClient("192.0.2.0/24"),) if nfs else (),
+                iscsi=IscsiAccess(() if nfs else (ESX,)))
+            self.records.append(DatastoreRecord(
+                spec=spec, state="ready", export_id=100 + i if nfs else None,
+                iqn=None if nfs else f"iqn.2026-11.io.zds:zds-test.{name}",
+                serial=None if nfs else f"6a1e5c3d-0000-4000-8000-{i:012d}", created=1.0))
+        self.configfs = root / "configfs"
+        self.exports_dir = root / "ganesha"
+        self.dev = root / "dev"
+        self._make_configfs()
+        self._write_export_files()
+        self.runner = RecordingRunner()
+        self.runner.responders.append(self.answer)
+
+    # -- ZFS -------------------------------------------------------------------------
+    def _dataset_rows(self, rec: DatastoreRecord, props: list[str]) -> list[str]:
+        ds = rec.spec.dataset
+        values = {"type": "filesystem" if rec.spec.is_nfs else "volume", "used": "98304",
+                  "available": "67010560", "referenced": "98304", "compressratio": "1.00",
+                  "mounted": "yes", "mountpoint": f"/{ds}", "creation": "1795316290",
+                  "compression": "lz4", "sync": "standard", "zds:managed": "true",
+                  "zds:name": rec.name, "zds:protocol": rec.spec.protocol}
+        if not rec.spec.is_nfs:
+            del values["mounted"], values["mountpoint"]
+            values["volsize"] = str(rec.spec.size)
+        rows = []
+        for p in props:
+            if p in values:
+                source = "local" if ":" in p or p in ("compression",) else "-"
+                rows.append(f"{ds}\t{p}\t{values[p]}\t{source}")
+            elif ":" in p:
+                rows.append(f"{ds}\t{p}\t-\t-")
+        return rows
+
+    def zfs_get(self, argv: tuple[str, ...]) -> str:
+        props, target = argv[-2].split(","), argv[-1]
+        if props == ["all"]:
+            props = ["type", "used", "available", "referenced", "mountpoint", "mounted"]
+        parent = f"{POOL}/datastores"
+        if target in (POOL, parent):
+            head = [f"{target}\ttype\tfilesystem\t-"]
+            rows = [r for rec in self.records for r in self._dataset_rows(rec, props)] \
+                if "-r" in argv and target == parent else []
+            return "\n".join(head + rows) + "\n"
+        for rec in self.records:
+            if rec.spec.dataset == target:
+                return "\n".join(self._dataset_rows(rec, props)) + "\n"
+        return ""
+
+    # -- ganesha ---------------------------------------------------------------------
+    def show_exports(self) -> str:
+        rows = [(0, "/")] + [(r.export_id, f"/{r.spec.dataset}") for r in self.records
+                             if r.export_id is not None]
+        out = ["method return time=1795314870.28 sender=:1.0 -> destination=:1.77 "
+               "serial=306 reply_serial=2", "   struct {", "      uint64 1795314642",
+               "      uint64 426208982", "   }", "   array ["]
+        for eid, path in rows:
+            out += ["      struct {", f"         uint16 {eid}", f'         string "{path}"',
+                    "         struct {"]
+            for proto in PROTOCOL_NAMES:
+                out += ["            struct {", f'               string "{proto}"',
+                        "               boolean false", "            }"]
+            out += ["         }", "         struct {", "            uint64 0",
+                    "            uint64 0", "         }", "      }"]
+        return "\n".join([*out, "   ]"]) + "\n"
+
+    @staticmethod
+    def show_clients() -> str:
+        return ("method return time=1795314870.28 sender=:1.0 -> destination=:1.78 serial=307 "
+                "reply_serial=2\n   struct {\n      uint64 1795314870\n      uint64 0\n   }\n"
+                "   array [\n   ]\n")
+
+    def _write_export_files(self) -> None:
+        from appliance.host.ganesha_config import export_file_name, render_export_block
+
+        self.exports_dir.mkdir(parents=True)
+        for rec in self.records:
+            if rec.export_id is not None:
+                spec = export_spec(rec, f"/{rec.spec.dataset}")
+                (self.exports_dir / export_file_name(rec.export_id)).write_text(
+                    render_export_block(spec))
+
+    # -- LIO -------------------------------------------------------------------------
+    def _make_configfs(self) -> None:
+        core = self.configfs / "core"
+        core.mkdir(parents=True)
+        (self.configfs / "iscsi").mkdir()
+        for i, rec in enumerate(r for r in self.records if not r.spec.is_nfs):
+            assert rec.iqn and rec.serial
+            so = core / f"iblock_{i}" / backstore_name(rec.name)
+            (so / "wwn").mkdir(parents=True)
+            (so / "attrib").mkdir()
+            (so / "udev_path").write_text(f"/dev/zvol/{rec.spec.dataset}\n")
+            (so / "wwn" / "vpd_unit_serial").write_text(
+                f"T10 VPD Unit Serial Number: {rec.serial}\n")
+            for key, value in VAAI_ATTRIBUTES.items():
+                (so / "attrib" / key).write_text(f"{value}\n")
+            tpg = self.configfs / "iscsi" / rec.iqn / "tpgt_1"
+            (tpg / "np" / "0.0.0.0:3260").mkdir(parents=True)
+            lun = tpg / "lun" / "lun_0"
+            lun.mkdir(parents=True)
+            os.symlink(f"../../../../../../target/core/iblock_{i}/{so.name}", lun / "ab12cd")
+            acl = tpg / "acls" / ESX
+            (acl / "auth").mkdir(parents=True)
+            (acl / "lun_0").mkdir()
+            for f in ("userid", "password", "userid_mutual", "password_mutual"):
+                (acl / "auth" / f).write_text("\n")
+            (acl / "info").write_text(f"No active iSCSI Session for Initiator Endpoint: {ESX}\n")
+            for key, value in (("authentication", 0), ("generate_node_acls", 0),
+                               ("demo_mode_write_protect", 1), ("cache_dynamic_acls", 0)):
+                (tpg / "attrib").mkdir(exist_ok=True)
+                (tpg / "attrib" / key).write_text(f"{value}\n")
+            (tpg / "enable").write_text("1\n")
+
+    def answer(self, argv: tuple[str, ...], _input: str | None) -> CommandResult | None:
+        out = ""
+        if argv[:2] == ("zpool", "list"):
+            out = f"{POOL}\n" if "-p" not in argv else \
+                f"{POOL}\tONLINE\t107374182400\t1048576\t107373133824\t1\t0\n"
+        elif argv[:2] == ("zpool", "get"):
+            out = f"{POOL}\thealth\tONLINE\t-\n"
+        elif argv[:2] == ("zfs", "get"):
+            out = self.zfs_get(argv)
+        elif argv[:2] == ("zfs", "list"):
+            out = ""  # no snapshots
+        elif argv[0] == "dbus-send" and argv[-1].endswith("ShowExports"):
+            out = self.show_exports()
+        elif argv[0] == "dbus-send" and argv[-1].endswith("ShowClients"):
+            out = self.show_clients()
+        return CommandResult(argv, 0, out, "")
+
+
+class CountingReader(ConfigfsReader):
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.walks: Counter[str] = Counter()
+
+    def targets(self):  # type: ignore[no-untyped-def]
+        self.walks["targets"] += 1
+        return super().targets()
+
+    def backstores(self):  # type: ignore[no-untyped-def]
+        self.walks["backstores"] += 1
+        return super().backstores()
+
+
+Made = tuple[Engine, SimulatedHost, CountingReader]
+
+
+@pytest.fixture
+def engine_for(tmp_path: Path) -> Iterator[Callable[[int], Made]]:
+    made: list[Engine] = []
+
+    def make(n: int) -> Made:
+        sim = SimulatedHost(tmp_path / f"n{n}", n)
+        dev_zfs = tmp_path / f"n{n}" / "zfs-node"
+        dev_zfs.write_text("")
+        lio = Lio(device_check=lambda p: True, configfs_root=str(sim.configfs))
+        reader = CountingReader(str(sim.configfs))
+        lio.reader = reader
+        hosts = HostAdapters(
+            zfs=Zfs(sim.runner, dev_zfs=str(dev_zfs)), lio=lio,
+            ganesha=Ganesha(sim.runner, sim.exports_dir),
+            local=FakeLocalHost(name="zds-test"))
+        settings = Settings(health_interval=0, reconcile_interval=0).with_state_dir(
+            tmp_path / f"n{n}" / "state")
+        engine = Engine.create(settings, hosts)
+        for rec in sim.records:
+            engine.store.put_datastore(rec)
+        made.append(engine)
+        return engine, sim, reader
+
+    yield make
+    for e in made:
+        e.close()
+
+
+def _calls(sim: SimulatedHost, reader: CountingReader) -> tuple[int, Counter[str]]:
+    return len(sim.runner.calls), reader.walks.copy()
+
+
+def _measure(made: Made, action: str) -> tuple[int, dict[str, int]]:
+    engine, sim, reader = made
+    calls0, walks0 = _calls(sim, reader)
+    if action == "list":
+        views = engine.datastores.list()
+        assert len(views) == len(sim.records) and all(v.serving for v in views)
+    elif action == "get":  # the last NFS and the last iSCSI datastore
+        assert all(engine.datastores.get(r.name).serving for r in sim.records[-2:])
+    elif action == "health":
+        engine.system.health()
+    elif action == "drift":
+        drift = engine.system.drift()
+        assert drift.in_sync, drift.items
+    elif action == "watcher":
+        engine.watcher.repair()
+    elif action == "check":
+        engine.reconciler.check()
+    calls1, walks1 = _calls(sim, reader)
+    return calls1 - calls0, dict(walks1 - walks0)
+
+
+@pytest.mark.parametrize("action", ["list", "get", "health", "drift", "watcher", "check"])
+def test_host_calls_do_not_grow_with_datastores(engine_for: Callable[[int], Made],
+                                                action: str) -> None:
+    small = engine_for(2)  # one NFS, one iSCSI
+    large = engine_for(200)
+    for engine, _sim, _reader in (small, large):
+        engine.reconciler.check()
+    one, many = _measure(small, action), _measure(large, action)
+    assert one == many, f"{action}: N=2 made {one}, N=200 made {many}"
+    if action == "health":
+        assert one == (0, {}), "health answers from the last check: no host call at all"
+    if action in ("list", "drift", "watcher"):
+        assert one[1] and all(v <= 1 for v in one[1].values()), one  # one configfs walk
+
+
+def test_a_background_reconcile_with_nothing_to_do_changes_nothing(
+        engine_for: Callable[[int], Made]) -> None:
+    engine, sim, _ = engine_for(200)
+    engine.watcher.repair()
+    methods = [a[-1].rsplit(".", 1)[-1] for a in sim.runner.calls if a[0] == "dbus-send"]
+    assert "AddExport" not in methods and "UpdateExport" not in methods, methods
+    assert not any(a[:2] in (("zfs", "set"), ("zfs", "create")) for a in sim.runner.calls)
