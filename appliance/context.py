@@ -19,6 +19,7 @@ from appliance.host.lio import LioHost
 from appliance.host.local import LocalHost
 from appliance.host.zfs import ZfsHost
 from appliance.jobs import JobManager
+from appliance.scheduler import Scheduler
 from appliance.settings import Settings
 from appliance.store import Store
 
@@ -73,6 +74,7 @@ class Context:
     hosts: HostAdapters
     lock: ChangeLock
     jobs: JobManager
+    scheduler: Scheduler  # the one clock: policies, replication, metrics register here
 
     @property
     def zfs(self) -> ZfsHost:
@@ -94,4 +96,6 @@ class Context:
     def create(cls, settings: Settings, hosts: HostAdapters,
                store: Store | None = None) -> Context:
         store = store or Store(settings.db_path)
-        return cls(settings, store, hosts, ChangeLock(settings.lock_timeout), JobManager(store))
+        jobs = JobManager(store)
+        return cls(settings, store, hosts, ChangeLock(settings.lock_timeout), jobs,
+                   Scheduler(store, jobs))

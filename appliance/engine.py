@@ -108,8 +108,8 @@ class Engine:
         return report
 
     def start_background(self) -> threading.Thread:
-        """:meth:`start` then the watcher, in a thread: the API answers (health says
-        "starting") while thousands of exports and LUNs are being restored."""
+        """:meth:`start`, then the watcher and the scheduler, in a thread: the API answers
+        (health says "starting") while thousands of exports and LUNs are restored."""
         def run() -> None:
             try:
                 self.start()
@@ -117,6 +117,7 @@ class Engine:
                 log.exception("start-up failed")
                 self.reconciler.started("start-up failed: see the log")
             self.watcher.start()
+            self.ctx.scheduler.start()
 
         thread = threading.Thread(target=run, name="zds-start", daemon=True)
         thread.start()
@@ -146,6 +147,7 @@ class Engine:
                 return  # the others would wait just as long; the watcher retries
 
     def close(self) -> None:
+        self.ctx.scheduler.stop()
         self.watcher.stop()
         self.ctx.jobs.shutdown()
         self.ctx.store.close()

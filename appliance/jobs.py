@@ -97,8 +97,10 @@ class JobManager:
         return cur.rowcount
 
     def submit(self, kind: str, target: str | None, fn: JobFunction,
-               message: str = "", long: bool = False) -> Job:
-        job_id = uuid.uuid4().hex
+               message: str = "", long: bool = False, job_id: str | None = None) -> Job:
+        """Records the job, then runs ``fn`` on a worker; ``job_id`` may be chosen by the
+        caller (the scheduler records it with the slot before the job exists)."""
+        job_id = job_id or uuid.uuid4().hex
         with self.store.connect() as db:
             db.execute(
                 "INSERT INTO jobs (id, kind, target, state, message, created) "
