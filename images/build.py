@@ -614,11 +614,28 @@ def _point(link: Path, target: Path) -> None:
     os.replace(tmp, link)
 
 
-def _prune(builds: Path, keep: Path, n: int = 2) -> None:
-    """Keeps the newest n builds (a running VM's overlay may still use the previous one)."""
+def _prune(builds: Path, keep: Path, n: int = 4) -> None:
+    """Keeps the newest n builds, and any build a running process (a VM's overlay on its
+    zds.raw; checkouts side by side build different images) still has open."""
     old = sorted((p for p in builds.iterdir() if p != keep), key=lambda p: p.stat().st_mtime)
+    busy = _open_paths()
     for p in old[: max(0, len(old) - (n - 1))]:
+        if any(str(b).startswith(str(p) + os.sep) for b in busy):
+            continue
         shutil.rmtree(p, ignore_errors=True)
+
+
+def _open_paths() -> set[str]:
+    """Every file some process on this machine has open (from /proc/*/fd)."""
+    found: set[str] = set()
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            for fd in fd_dir.iterdir():
+                with contextlib.suppress(OSError):
+                    found.add(os.readlink(fd))
+        except OSError:
+            continue
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
