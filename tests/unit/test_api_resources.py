@@ -367,3 +367,18 @@ def test_background_reconcile_repairs_drift(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert [e.path for e in rig.ganesha.list_exports()] == ["/tank/datastores/ds"]
     rig.engine.close()
+
+
+def test_framework_refusals_use_the_error_envelope(client: TestClient) -> None:
+    r = client.put(f"{API}/datastores/ds", content=b"{not json",
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["error"]["code"] in ("bad_request", "invalid_input"), r.json()
+    r = client.get(f"{API}/no-such-resource")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = client.post(f"{API}/datastores/ds")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    assert set(r.headers["Allow"].split(", ")) == {"GET", "PUT", "DELETE"}, r.headers
+    # PUT /initiator-groups answers 201 on create: documented
+    ops = client.get("/openapi.json").json()["paths"]["/api/v1/initiator-groups/{name}"]
+    assert "201" in ops["put"]["responses"]
