@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 import schemathesis
@@ -51,5 +52,5 @@ schema = schemathesis.openapi.from_asgi("/openapi.json", APP)
 @schema.parametrize()
 @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
           suppress_health_check=list(HealthCheck))
-def test_every_operation_keeps_its_contract(case: schemathesis.Case) -> None:
+def test_every_operation_keeps_its_contract(case: schemathesis.Case[Any]) -> None:
     case.call_and_validate(headers={"Authorization": f"Bearer {TOKEN}"}, checks=CHECKS)
