@@ -40,7 +40,9 @@ OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260}
 HEALTH_PATH = "/api/v1/system/health"
-DATA_DISK_SIZE = 8 * 1024**3
+# Sparse: they take host space only as ZFS writes. 64 GiB each gives the default pool room
+# for the README's examples (thin datastores may promise 20x a pool's capacity).
+DATA_DISK_SIZE = 64 * 1024**3
 
 
 # The API's token format (appliance/services/tokens.py): zds_<12 hex id>_<43 char secret>.
@@ -170,6 +172,7 @@ class Appliance:
     # "esxi": VMXNET3 NIC and data disks on PVSCSI like the OVA; the system disk goes on
     # SATA because this host's OVMF has no PVSCSI boot driver (ESXi's EFI firmware has one).
     hardware: str = "virtio"
+    last_health: str = field(default="", repr=False)  # the last health body seen
     _ctl: socket.socket | None = field(default=None, repr=False)
     _ctl_buf: bytes = field(default=b"", repr=False)
     _ctl_id: int = field(default=0, repr=False)
@@ -385,12 +388,16 @@ class Appliance:
             return None
 
     def wait_healthy(self, timeout: float = 900.0) -> float:
-        """Waits until the health endpoint answers 200; returns the seconds waited."""
+        """Waits until the health endpoint answers 200 (ok, or degraded: a pool with a
+        missing disk still serves); returns the seconds waited. 503 means starting or
+        ZFS down. The last answer is kept in ``last_health``."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.pid() is None:
                 raise VmError(f"QEMU exited; see {self.serial_log}")
             h = self.health()
+            if h is not None:
+                self.last_health = h[1]
             if h is not None and h[0] == 200:
                 return time.monotonic() - t0
             time.sleep(2)
@@ -523,7 +530,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     token = app.admin_token()
     print(f"""
-ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).
+ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).{_health_line(app)}
   API        {app.api_url}  (self-signed certificate)
   token      {token}
   NFS        127.0.0.1:{app.ports.nfs} (mountd {app.ports.mountd})
@@ -542,6 +549,17 @@ listed, see the console and import it through the API:
   curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/importable
   curl -k -X POST -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/NAME/import""")
     return 0
+
+
+def _health_line(app: Appliance) -> str:
+    """'' when all is well; else the state and what to do (a degraded pool, drift...)."""
+    try:
+        h = json.loads(app.last_health)
+    except ValueError:
+        return ""
+    if h.get("status") == "ok":
+        return ""
+    return f"\n  HEALTH     {h.get('status', '?').upper()}: {h.get('message', '')}"
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -97,6 +97,7 @@ class DatastoreView:
     clients: list[str]  # NFS clients with state / iSCSI initiators logged in
     snapshots: int
     online: bool  # its pool is imported and its dataset exists
+    warnings: tuple[str, ...] = ()  # said once, in the answer to the PUT that caused it
 
 
 class DatastoreService:
@@ -280,8 +281,23 @@ class DatastoreService:
                     raise NotFound(f"initiator group {group!r} not found")
             existing = self.ctx.store.get_datastore(name)
             if existing is not None:
-                return self._update(existing, spec), False
-            return self._create(spec), True
+                view, created = self._update(existing, spec), False
+            else:
+                view, created = self._create(spec), True
+        return replace(view, warnings=self.space_warnings(spec.pool)), created
+
+    def space_warnings(self, pool: str) -> tuple[str, ...]:
+        """What an admin should know after promising more space on ``pool``."""
+        capacity = self.pools.capacity_of(pool)
+        promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
+                       if r.spec.pool == pool)
+        if not capacity or promised <= capacity:
+            return ()
+        limit = self.pools.overcommit_of(pool)
+        return (f"pool {pool} is overcommitted {promised / capacity:.1f}x: its thin "
+                f"datastores promise {validate.format_size(promised)} on "
+                f"{validate.format_size(capacity)} (limit {limit:g}x); health alerts when "
+                "the pool is 80/90/95% full",)
 
     def _require_service(self, spec: DatastoreSpec) -> None:
         if not self.ctx.zfs.available():
@@ -304,14 +320,18 @@ class DatastoreService:
             raise InsufficientSpace(
                 f"pool {spec.pool} has {validate.format_size(available)} free; a thick "
                 f"datastore of {validate.format_size(spec.size)} does not fit")
-        limit = int(capacity * self.ctx.settings.max_overcommit)
+        ratio = self.pools.overcommit_of(spec.pool)
+        limit = int(capacity * ratio)
         promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
                        if r.spec.pool == spec.pool and r.name != spec.name)
         if spec.size + promised > limit:
             raise InsufficientSpace(
-                f"pool {spec.pool} holds {validate.format_size(capacity)}; datastores there "
-                f"already promise {promised} bytes, and {spec.size} more would exceed the "
-                f"overcommit limit ({self.ctx.settings.max_overcommit:g}x)")
+                f"pool {spec.pool} holds {validate.format_size(capacity)}; its datastores "
+                f"already promise {validate.format_size(promised)}, and "
+                f"{validate.format_size(spec.size)} more would pass its overcommit limit of "
+                f"{ratio:g}x ({validate.format_size(limit)}): add disks, or raise the limit "
+                f"(PATCH /api/v1/pools/{spec.pool} {{\"overcommit\": ...}})",
+                detail={"capacity": capacity, "promised": promised, "overcommit": ratio})
 
     def _create(self, spec: DatastoreSpec, origin: str | None = None) -> DatastoreView:
         zfs = self.ctx.zfs
