@@ -164,6 +164,9 @@ class Appliance:
     base_image: Path
     ports: Ports = field(default_factory=Ports)
     data_disks: int = 2
+    # which zdsdata<i> disks are attached (default 0 .. data_disks-1): tests boot without
+    # one of them (a failed disk) and with a new one to replace it
+    disk_indexes: tuple[int, ...] | None = None
     data_disk_size: int = DATA_DISK_SIZE
     test_control: bool = False
     memory_mib: int = 4096
@@ -216,6 +219,10 @@ class Appliance:
             f.write_text(f"{uuid.uuid4()}\n")
         return f.read_text().strip()
 
+    def attached_disks(self) -> tuple[int, ...]:
+        return self.disk_indexes if self.disk_indexes is not None \
+            else tuple(range(self.data_disks))
+
     def disk_path(self, i: int) -> Path:
         return self.state_dir / f"zdsdata{i}.raw"
 
@@ -228,7 +235,7 @@ class Appliance:
         """
         self.state_dir.mkdir(parents=True, exist_ok=True)
         old_data = not fresh_data and any(self.disk_path(i).exists()
-                                          for i in range(self.data_disks))
+                                          for i in self.attached_disks())
         base_rec = self.state_dir / "base-image"
         base = str(self.base_image.resolve())
         if not fresh_system and base_rec.exists() and base_rec.read_text() != base:
@@ -244,7 +251,7 @@ class Appliance:
             old_data = False
         if not (self.state_dir / "ovmf-vars.fd").exists():
             shutil.copy(OVMF_VARS, self.state_dir / "ovmf-vars.fd")
-        for i in range(self.data_disks):
+        for i in self.attached_disks():
             p = self.disk_path(i)
             if fresh_data:
                 p.unlink(missing_ok=True)
@@ -279,7 +286,7 @@ class Appliance:
                      "-device", "pvscsi,id=pvscsi0"]
         else:
             argv += ["-device", "virtio-blk-pci,drive=sys,bootindex=0"]
-        for i in range(self.data_disks):
+        for i in self.attached_disks():
             argv += ["-drive", f"if=none,id=data{i},file={self.disk_path(i)},format=raw,"
                                f"cache={cache},discard=unmap",
                      "-device", (f"scsi-hd,bus=pvscsi0.0,drive=data{i},serial=zdsdata{i}"
