@@ -118,17 +118,23 @@ class DatastoreService:
     def get(self, name: str) -> DatastoreView:
         return self.view_of(self.record(name))
 
-    def view_of(self, rec: DatastoreRecord) -> DatastoreView:
+    def view_of(self, rec: DatastoreRecord, new: bool = False) -> DatastoreView:
+        """One datastore; ``new``: just made, so no snapshots and no clients to look for."""
         zfs = self.ctx.zfs
         info = zfs.get_dataset(rec.spec.dataset, DATASTORE_PROPERTIES) \
             if zfs.available() else None
-        snaps = zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0) if info else 0
-        return self._view(rec, info, snaps, self.live_one(rec))
+        snaps = 0 if new or info is None else \
+            zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0)
+        return self._view(rec, info, snaps, self.live_one(rec, clients=not new))
 
-    def live_one(self, rec: DatastoreRecord) -> LiveState:
-        """Whether one datastore is served and who uses it (2 DBus calls for NFS, a few
-        configfs reads for iSCSI)."""
+    def live_one(self, rec: DatastoreRecord, clients: bool = True) -> LiveState:
+        """Whether one datastore is served and who uses it (NFS: 2 DBus calls, or one
+        DisplayExport without ``clients``; iSCSI: a few configfs reads)."""
         try:
+            if rec.spec.is_nfs and not clients and rec.export_id is not None:
+                shown = self.ctx.ganesha.get_export(rec.export_id)
+                return LiveState(True, True, {shown.export_id: LiveExport(
+                    shown.export_id, shown.path)} if shown else {}, {})
             if rec.spec.is_nfs:
                 act = self.ctx.ganesha.activity()
                 exports = {i: LiveExport(i, r.path) for i, r in act.exports.items()}
@@ -363,7 +369,7 @@ class DatastoreService:
         except Exception:
             self._undo_create(rec)
             raise
-        return self.view_of(rec)
+        return self.view_of(rec, new=True)
 
     def _undo_create(self, rec: DatastoreRecord) -> None:
         """Back to nothing after a failed create (best effort; reconcile finishes it)."""
