@@ -12,7 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from api.deps import authorize
-from api.routes import datastores, groups, jobs, pools, system
+from api import console
+from api.routes import datastores, groups, jobs, metrics, pools, system
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -62,13 +63,15 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
 
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
-    protected = [datastores.router, pools.router, groups.router, jobs.router]
+    protected = [datastores.router, pools.router, groups.router, jobs.router, metrics.router]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)
     for router in protected:
         v1.include_router(router, dependencies=[Depends(authorize)])
     app.include_router(v1)
+    app.include_router(metrics.scrape, dependencies=[Depends(authorize)])
+    console.mount(app)  # /ui: static files only; it reads and changes through /api/v1
     return app
 
 
