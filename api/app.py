@@ -11,8 +11,8 @@ from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from api.deps import authorize
 from api import console
+from api.deps import authorize
 from api.routes import datastores, groups, jobs, metrics, pools, system
 from appliance import __version__
 from appliance.engine import Engine

@@ -9,10 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.zfs import FakeZfs, GiB
-from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
 from appliance.host.iostats import IoStatsHost

@@ -201,10 +201,13 @@ class PoolIostat:
         return self.values.get(key)
 
 
-# Sample (zpool iostat -H -p -l -y 1 1, OpenZFS 2.3 in the appliance; tab-separated):
-# tank	1097728	2145387520	0	150	0	3072000	-	1201331	-	1002211	-	-	-	181200	-	-	-
-# pool alloc free rops wops rbw wbw total_wait(r w) disk_wait(r w) syncq_wait(r w)
-# asyncq_wait(r w) scrub trim rebuild
+# Sample (OpenZFS 2.3.2 in the appliance; tab-separated, shown here with spaces). With
+# "-y 1 1" the one line covers the last second; without an interval (as here, captured
+# after boot) the same columns hold averages since import:
+# tank 552960 8052510720 0 11 26584 108863 11033178 8243411 10293007 5275154 951235 20315
+#   - 3286997 - 19456 -     (one line in the output)
+# pool alloc free | ops r w | bandwidth r w | total_wait r w | disk_wait r w |
+# syncq_wait r w | asyncq_wait r w | scrub_wait trim_wait rebuild_wait (ns; '-': none)
 def parse_pool_iostat(text: str) -> list[PoolIostat]:
     out: list[PoolIostat] = []
     for line in text.splitlines():

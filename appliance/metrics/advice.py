@@ -159,9 +159,9 @@ def io_size_vs_block(f: DatastoreFacts) -> Finding | None:
         return None
     ev = {"mean_io_bytes": int(mean), key: block, "ops": ops, "window_hours": f.window_hours}
     if key == "recordsize":
-        action = (f"Set a smaller recordsize for new writes: zds datastore put {f.name} "
-                  "--recordsize 16K (existing blocks keep theirs until rewritten, e.g. by "
-                  "Storage vMotion).")
+        action = (f"Set a smaller recordsize for new writes: PUT /api/v1/datastores/{f.name} "
+                  'with "overrides": {"recordsize": "16K"} (existing blocks keep theirs '
+                  "until rewritten, e.g. by Storage vMotion).")
     else:
         action = ("volblocksize is fixed at creation: make a new datastore with "
                   "overrides.volblocksize 4K-8K and move the VMs (Storage vMotion).")

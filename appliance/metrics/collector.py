@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 from appliance.errors import ZdsError
 from appliance.host.ganesha import GaneshaHost
-from appliance.host.iostats import BlockStat, InitiatorIo, IoStatsHost, NfsIo, PoolIostat
+from appliance.host.iostats import BlockStat, InitiatorIo, IoStatsHost, NfsIo
 from appliance.host.zfs import ZfsHost
 from appliance.model import DatastoreRecord
 from appliance.reconcile import PROBE_EXPORT_IDS
@@ -155,9 +155,14 @@ class Collector:
 
     def _delta(self, key: str, now: float, values: tuple[int, ...]) -> tuple[float,
                                                                            tuple[int, ...]] | None:
-        """(seconds, differences) since the last read of ``key``; None for a baseline."""
+        """(seconds, differences) since the last read of ``key``; None for a baseline.
+
+        A key first seen after the first collection counts from zero: ganesha lists an
+        export in GetNFSIO only once it has I/O, and a new zvol or ACL starts at zero."""
         prev = self._prev.get(key)
         self._prev[key] = (now, values)
+        if prev is None and self._prev_ts is not None:
+            prev = (self._prev_ts, (0,) * len(values))
         if prev is None or len(prev[1]) != len(values):
             return None
         diffs = tuple(v - p for v, p in zip(values, prev[1], strict=True))

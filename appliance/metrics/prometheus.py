@@ -11,13 +11,13 @@ L2ARC present). Machine-wide ARC counters. The collector's own health.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector as PromCollector
 
-from appliance.metrics.collector import Collector
+from appliance.metrics.collector import Collector, PoolSample
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -55,15 +55,16 @@ class _Exposition(PromCollector):
 
         latest = c.latest
         pools = latest.pools if latest else []
-        gauges = {
+        gauges: dict[str, tuple[str, Callable[[PoolSample], float]]] = {
             "zds_pool_size_bytes": ("Pool size", lambda p: p.size),
             "zds_pool_allocated_bytes": ("Pool allocated", lambda p: p.allocated),
             "zds_pool_capacity_ratio": ("Pool fill (0-1)", lambda p: p.capacity / 100),
             "zds_pool_fragmentation_ratio": (
                 "Free-space fragmentation (0-1)",
                 lambda p: (p.fragmentation or 0) / 100),
-            "zds_pool_slog": ("1 when the pool has a separate log device", lambda p: p.slog),
-            "zds_pool_l2arc": ("1 when the pool has a cache device", lambda p: p.l2arc),
+            "zds_pool_slog": ("1 when the pool has a separate log device",
+                              lambda p: float(p.slog)),
+            "zds_pool_l2arc": ("1 when the pool has a cache device", lambda p: float(p.l2arc)),
         }
         for gname, (doc, get) in gauges.items():
             g = GaugeMetricFamily(gname, doc, labels=["pool"])

@@ -142,10 +142,7 @@ class MetricsService:
         if start >= now:
             raise InvalidInput("since: must be in the past")
         span = now - start
-        if step:
-            st = parse_duration(step, "step")
-        else:
-            st = max(self.interval or 10.0, span / 300)
+        st = parse_duration(step, "step") if step else max(self.interval or 10.0, span / 300)
         if span / st > MAX_POINTS:
             raise InvalidInput(f"step: {st:g} s gives {span / st:.0f} points over that "
                                f"window; at most {MAX_POINTS} (use a larger step)")

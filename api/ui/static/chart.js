@@ -31,7 +31,7 @@
   }
 
   window.lineChart = function (title, unit, series) {
-    const W = 560, H = 200, L = 48, R = 10, T = 10, B = 28;
+    const W = 560, H = 200, L = 48, R = 24, T = 10, B = 28;
     const pts = series.flatMap(s => s.points.filter(p => p[1] !== null));
     const fig = document.createElement("figure");
     fig.className = "chart";
@@ -59,9 +59,11 @@
       svg.appendChild(el("line", {x1: L, x2: W - R, y1: y(v), y2: y(v), class: "grid"}));
       svg.appendChild(el("text", {x: L - 4, y: y(v) + 4, "text-anchor": "end"}, fmt(v)));
     }
-    for (const t of [t0, (t0 + t1) / 2, t1]) {
-      svg.appendChild(el("text", {x: x(t), y: H - 8, "text-anchor": "middle"}, clock(t)));
-    }
+    const ticks = t1 - t0 >= 120 ? [[t0, "start"], [(t0 + t1) / 2, "middle"], [t1, "end"]]
+      : [[t1, "middle"]];
+    ticks.forEach(([t, anchor]) => {
+      svg.appendChild(el("text", {x: x(t), y: H - 8, "text-anchor": anchor}, clock(t)));
+    });
     series.forEach((s, i) => {
       let d = "", pen = false;
       for (const [t, v] of s.points) {
@@ -71,6 +73,13 @@
       }
       svg.appendChild(el("path", {d, fill: "none", stroke: COLORS[i % COLORS.length],
         "stroke-width": 2, "data-series": s.name}));
+      const shown = s.points.filter(p => p[1] !== null);
+      if (shown.length < 3) {  // too few for a line: dots
+        for (const [t, v] of shown) {
+          svg.appendChild(el("circle", {cx: x(t), cy: y(v), r: 3,
+            fill: COLORS[i % COLORS.length]}));
+        }
+      }
     });
     const legend = document.createElement("p");
     legend.className = "legend";
