@@ -94,7 +94,7 @@ def test_admin_console(served: Served) -> None:
         clients.clear()
         clients.send_keys("127.0.0.1 rw")
         css(d, "form#new-datastore button[type=submit]")[0].click()
-        row = wait_for(lambda: css(d, 'tr[data-datastore="web-nfs01"]'), what="the new row")[0]
+        wait_for(lambda: css(d, 'tr[data-datastore="web-nfs01"]'), what="the new row")
         ds = s.api("GET", "/datastores/web-nfs01")
         assert ds["protocol"] == "nfs3" and ds["nfs"]["clients"] == [
             {"match": "127.0.0.1", "access": "rw"}]
@@ -104,11 +104,11 @@ def test_admin_console(served: Served) -> None:
         time.sleep(1.1)
         s.engine.metrics.collect()
         d.refresh()
-        row = wait_for(lambda: css(d, 'tr[data-datastore="web-nfs01"] td[data-field=read_iops]'
-                                      '[data-value]:not([data-value=""])'), what="IOPS")[0]
+        wait_for(lambda: css(d, 'tr[data-datastore="web-nfs01"] td[data-field=read_iops]'
+                                '[data-value]:not([data-value=""])'), what="IOPS")
         latest = {m["name"]: m for m in s.api("GET", "/metrics/datastores")}
         api_ds = {x["name"]: x for x in s.api("GET", "/datastores")}
-        cells = {c.get_attribute("data-field"): c.get_attribute("data-value")
+        cells = {c.get_attribute("data-field"): c.get_attribute("data-value") or ""
                  for c in css(d, 'tr[data-datastore="web-nfs01"] td')}
         assert float(cells["read_iops"]) == latest["web-nfs01"]["read_iops"] > 0
         assert float(cells["write_latency_ms"]) == latest["web-nfs01"]["write_latency_ms"]
@@ -127,8 +127,8 @@ def test_admin_console(served: Served) -> None:
             css(d, "#probe-runtime")[0].send_keys("2")
             css(d, "form#probe button[type=submit]")[0].click()
             img = wait_for(lambda: css(d, "img.plot"), timeout=60, what="the probe's plot")[0]
-            wait_for(lambda: d.execute_script("return arguments[0].naturalWidth", img) > 100,
-                     what="a drawn plot")
+            wait_for(lambda i=img: d.execute_script(  # type: ignore[misc]
+                "return arguments[0].naturalWidth", i) > 100, what="a drawn plot")
             browser.screenshot(d, "console-probe")
             d.get(s.base + "/ui#/datastores/web-nfs01")
             wait_for(lambda: css(d, "form#probe"), what="the datastore page")

@@ -127,13 +127,19 @@ def _put(rig: Rig, name: str, protocol: str) -> None:
         initiators=["iqn.2026-11.org.example:h1"] if protocol == "iscsi" else []))
 
 
+def _export_id(rig: Rig, name: str) -> int:
+    eid = rig.engine.datastores.record(name).export_id
+    assert eid is not None
+    return eid
+
+
 def test_collector_differences_per_datastore(rig: Rig) -> None:
     st = rig.hosts.iostats
     assert st is not None
     _put(rig, "nfs1", "nfs3")
     _put(rig, "lun1", "iscsi")
-    eid = rig.engine.store.get_datastore("nfs1").export_id  # type: ignore[union-attr]
-    iqn = rig.engine.store.get_datastore("lun1").iqn  # type: ignore[union-attr]
+    eid = _export_id(rig, "nfs1")
+    iqn = str(rig.engine.datastores.record("lun1").iqn)
     st.zvol("tank/datastores/lun1", "zd0")
     now = [1000.0]
     rig.engine.metrics.collector.clock = lambda: now[0]  # type: ignore[union-attr]
@@ -168,7 +174,7 @@ def test_a_counter_that_goes_back_is_a_new_baseline(rig: Rig) -> None:
     st = rig.hosts.iostats
     assert st is not None
     _put(rig, "nfs1", "nfs3")
-    eid = rig.engine.store.get_datastore("nfs1").export_id  # type: ignore[union-attr]
+    eid = _export_id(rig, "nfs1")
     st.nfs(eid, read_ops=500)
     rig.engine.metrics.collect()
     rig.engine.metrics.collect()
