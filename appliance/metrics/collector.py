@@ -26,13 +26,14 @@ from dataclasses import dataclass, field
 from appliance.errors import ZdsError
 from appliance.host.ganesha import GaneshaHost
 from appliance.host.iostats import BlockStat, InitiatorIo, IoStatsHost, NfsIo
-from appliance.host.zfs import ZfsHost
+from appliance.host.zfs import PoolInfo, ZfsHost
 from appliance.model import DatastoreRecord
 from appliance.reconcile import PROBE_EXPORT_IDS
 
 log = logging.getLogger(__name__)
 
 SCRATCH_PARENT = "zds-probes"  # appliance.probes.safety.SCRATCH_PARENT
+POOL_INFO_TTL = 60.0  # seconds a pool's fill/fragmentation/vdev groups are reused
 
 # Counters of a datastore sample, all differences over the interval.
 DS_COUNTERS = ("read_ops", "write_ops", "read_bytes", "write_bytes", "read_latency_ns",
@@ -114,6 +115,7 @@ class Collector:
         self._prev_ts: float | None = None
         self.totals = Totals()
         self.latest: Collection | None = None
+        self._pool_cache: tuple[float, list[PoolInfo], dict[str, set[str]]] | None = None
 
     # --- one collection -----------------------------------------------------------------
 
@@ -247,12 +249,30 @@ class Collector:
         except ZdsError:
             return {}
 
+    def _pool_layout(self, errors: list[str]) -> tuple[list[PoolInfo], dict[str, set[str]]]:
+        """Pools (fill, fragmentation) and their vdev groups (logs, cache): re-read at
+        most every POOL_INFO_TTL seconds, as they change slowly and cost two commands per
+        pool (zpool get, zpool status)."""
+        cached = self._pool_cache
+        if cached is not None and time.monotonic() - cached[0] < POOL_INFO_TTL:
+            return cached[1], cached[2]
+        infos = self.zfs.list_pools()
+        groups: dict[str, set[str]] = {}
+        for info in infos:
+            try:
+                groups[info.name] = {c.name for c in
+                                     self.zfs.pool_status(info.name).config.children}
+            except ZdsError as exc:
+                errors.append(exc.message)
+        self._pool_cache = (time.monotonic(), infos, groups)
+        return infos, groups
+
     def _pools(self, now: float, errors: list[str]) -> list[PoolSample]:
         try:
             if not self.zfs.available():
                 return []
-            infos = self.zfs.list_pools()
             iostat = {p.pool: p for p in self.stats.pool_iostat()}
+            infos, groups = self._pool_layout(errors)
         except ZdsError as exc:
             errors.append(exc.message)
             return []
@@ -269,15 +289,15 @@ class Collector:
         interval = now - self._prev_ts if self._prev_ts else 0.0
         out = []
         for info in infos:
-            slog = l2arc = False
-            try:
-                groups = {c.name for c in self.zfs.pool_status(info.name).config.children}
-                slog, l2arc = "logs" in groups, "cache" in groups
-            except ZdsError as exc:
-                errors.append(exc.message)
+            g = groups.get(info.name, set())
             io = iostat.get(info.name)
-            out.append(PoolSample(now, interval, info.name, info.size, info.allocated,
-                                  info.fragmentation, info.capacity, slog, l2arc,
+            allocated, capacity = info.allocated, info.capacity
+            if io is not None and io.get("alloc") is not None and info.size:
+                # zpool iostat's alloc is this second's: fresher than the cached list
+                allocated = int(io.get("alloc") or 0)
+                capacity = allocated * 100 // info.size
+            out.append(PoolSample(now, interval, info.name, info.size, allocated,
+                                  info.fragmentation, capacity, "logs" in g, "cache" in g,
                                   dict(io.values) if io else {}, arc))
         return out
 

@@ -371,3 +371,27 @@ def test_console_is_static_and_offline(client: TestClient) -> None:
         urls = set(re.findall(r"https?://[^\s\"')]+", r.text))
         assert r.status_code == 200 and urls <= {"http://www.w3.org/2000/svg"}, urls
     assert "fetch(API" in client.get("/ui/static/console.js").text
+
+
+def test_grafana_dashboard_uses_only_series_we_export(rig: Rig) -> None:
+    import json
+
+    from appliance.metrics.prometheus import exposition
+
+    st = rig.hosts.iostats
+    assert st is not None
+    _put(rig, "nfs1", "nfs3")
+    st.pool_waits["tank"] = {"total_wait_write": 2_000_000, "disk_wait_write": 1_000_000}
+    rig.engine.metrics.collect()
+    st.nfs(_export_id(rig, "nfs1"), read_ops=1)
+    rig.engine.metrics.collect()
+    page = exposition(rig.engine.metrics.collector).decode()
+    exported = {ln.split("{")[0].split(" ")[0] for ln in page.splitlines()
+                if ln.startswith("zds_")}
+    dash = json.loads((Path(__file__).parents[2] / "docs" / "grafana" /
+                       "zds-dashboard.json").read_text())
+    used = {m for p in dash["panels"] for t in p["targets"]
+            for m in re.findall(r"zds_[a-z0-9_]+", t["expr"])}
+    used |= {m for v in dash["templating"]["list"] for m in
+             re.findall(r"zds_[a-z0-9_]+", str(v.get("query", "")))}
+    assert used and used <= exported, used - exported
