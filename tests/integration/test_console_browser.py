@@ -140,6 +140,8 @@ def test_admin_console(served: Served) -> None:
         boxes[1].click()
         css(d, "#compare")[0].click()
         wait_for(lambda: css(d, "#compare-out img.plot"), what="the comparison")
+        iops = css(d, '#compare-out tr[data-metric="iops"] td')
+        assert iops and iops[2].text == "1.000", [c.text for c in iops]  # same fake fio run
         browser.screenshot(d, "console-compare")
 
         # jobs with progress

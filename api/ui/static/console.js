@@ -415,8 +415,8 @@
         const [a, b] = [...picked];
         if (!a || !b || picked.size !== 2) throw new Error("select exactly two results");
         const c = await api("GET", `/probes/compare?a=${a}&b=${b}`);
-        const rowsC = Object.entries(c.summary || {}).map(([k, v]) => h("tr", {},
-          h("th", {scope: "row"}, k), h("td", {}, num(v.a, 3)), h("td", {}, num(v.b, 3)),
+        const rowsC = (c.summary || []).map(v => h("tr", {"data-metric": v.metric},
+          h("th", {scope: "row"}, v.metric), h("td", {}, num(v.a, 3)), h("td", {}, num(v.b, 3)),
           h("td", {}, num(v.ratio, 3)), h("td", {}, v.better || "")));
         out.replaceChildren(table(`b / a: ${b} vs ${a}`, ["Metric", "a", "b", "b/a", "Better"],
           rowsC), await blobImage(`/probes/results/${a}/plot?with=${b}`, "overlaid time series"));
