@@ -1,7 +1,7 @@
 """The console and the metrics inside the booted appliance, in a real headless Chromium:
 log in, see the pool, create an NFS datastore through the form, see it listed with the
 API's numbers, run a probe and see its plot, find no mutating control as readonly; and
-the collector's count of a probe's reads equals fio's within 10%.
+the collector's IOPS for a datastore during a probe are within 10% of fio's.
 
 Screenshots go to $ZDS_TEST_ARTIFACTS (default /tmp/zds-artifacts); ZDS_UPDATE_SCREENSHOTS=1
 copies them to docs/img.
@@ -77,11 +77,11 @@ def test_console_admin(appliance: E2EAppliance, api: httpx.Client,
         assert browser.external_requests(d, base) == []
 
 
-def test_collector_counts_what_fio_did(api: httpx.Client) -> None:
-    """A randread probe through NFS with no ramp: every read ganesha served on the probe's
-    export is one fio made, so the collector's reads for the datastore during the probe
-    must match fio's (IOPS x runtime) within 10%."""
-    runtime = 30
+def test_collector_iops_match_fio_during_a_probe(api: httpx.Client) -> None:
+    """A randread probe through NFS (no ramp): the collector's read IOPS for the datastore
+    in the 10-s samples taken while fio ran (the first and the last, which hold set-up,
+    layout or the end, left out) are within 10% of fio's own IOPS."""
+    runtime = 40
     t0 = time.time()
     job = ok(api.post("/probes", params={"wait": 5}, json={
         "profile": "randread-4k-qd32", "datastore": DS, "target": "nfs",
@@ -90,18 +90,20 @@ def test_collector_counts_what_fio_did(api: httpx.Client) -> None:
         job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 60}))
     result: dict[str, Any] = ok(api.get(f"/probes/results/{job['result_id']}"))
     assert result["status"] == "ok", result["error"]
-    time.sleep(25)  # the collection after the probe's end has been made
+    time.sleep(15)
     series = ok(api.get(f"/datastores/{DS}/metrics",
                         params={"since": str(t0 - 5), "step": "10s"}))
-    pts = [p for p in series["points"] if p["values"]["probe"]]
-    assert pts, series
-    collected = sum(p["values"]["read_iops"] * 10 for p in pts)  # ops per 10-s step
-    fio_reads = result["summary"]["iops"] * runtime
-    busy = [p["values"]["read_iops"] for p in pts if p["values"]["read_iops"] > 0]
-    print(f"\n[e2e] fio {result['summary']['iops']:.0f} IOPS x {runtime} s = {fio_reads:.0f} "
-          f"reads; collector {collected:.0f} reads in {len(pts)} samples, per-sample IOPS "
-          f"{[round(b) for b in busy]}")
-    assert abs(collected - fio_reads) <= 0.10 * fio_reads, (collected, fio_reads)
+    reading = [p["values"]["read_iops"] for p in series["points"]
+               if p["values"]["probe"] and p["values"]["read_iops"] > 0]
+    fio = result["summary"]["iops"]
+    print(f"\n[e2e] fio {fio:.0f} IOPS over {runtime} s; collector per 10-s sample "
+          f"{[round(x) for x in reading]}")
+    assert len(reading) >= 3, series
+    inner = reading[1:-1]
+    collected = sum(inner) / len(inner)
+    print(f"[e2e] collector {collected:.0f} IOPS (mean of {len(inner)} full samples), "
+          f"ratio {collected / fio:.3f}")
+    assert abs(collected - fio) <= 0.10 * fio, (collected, fio, reading)
     prom = httpx.get(api.base_url.copy_with(path="/metrics"), verify=False,
                      headers=dict(api.headers)).text
     assert f'zds_datastore_read_ops_total{{datastore="{DS}",pool="tank",protocol="nfs3"}}' \
