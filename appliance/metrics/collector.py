@@ -19,6 +19,7 @@ restarted, a zvol re-created) starts a new baseline instead of a negative sample
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -116,10 +117,42 @@ class Collector:
         self.totals = Totals()
         self.latest: Collection | None = None
         self._pool_cache: tuple[float, list[PoolInfo], dict[str, set[str]]] | None = None
+        self._lock = threading.Lock()  # a scheduled collection vs a probe's checkpoint
+        self._carry: dict[str, dict[str, int]] = {}  # datastore -> probe counts not yet sampled
 
     # --- one collection -----------------------------------------------------------------
 
     def collect(self) -> Collection:
+        with self._lock:
+            return self._collect()
+
+    def checkpoint_probe(self, datastore: str, probe_id: str) -> None:
+        """Reads the probe's counters one last time before its export or zvol goes away
+        (the probe calls it before cleaning up), so the I/O since the last collection
+        lands in the next sample instead of being lost with the export's counters."""
+        with self._lock:
+            if self._prev_ts is None:
+                return
+            rec = next((r for r in self.records() if r.name == datastore), None)
+            if rec is None:
+                return
+            now = self.clock()
+            sources = self._probe_sources(rec, probe_id, self._safe_nfs_io(),
+                                          self.stats.block_io(), self.stats.zvol_devices())
+            carry = self._carry.setdefault(datastore, dict.fromkeys(DS_COUNTERS, 0))
+            for key, values, _probe in sources:
+                d = self._delta(key, now, values)  # keeps the reading as the new baseline
+                if d is not None:
+                    for k, v in zip(DS_COUNTERS, d[1], strict=True):
+                        carry[k] += v
+
+    def _safe_nfs_io(self) -> list[NfsIo]:
+        try:
+            return self.stats.nfs_io()
+        except ZdsError:
+            return []
+
+    def _collect(self) -> Collection:
         t0 = time.monotonic()
         errors: list[str] = []
         recs = [r for r in self.records() if r.state == "ready"]
@@ -203,15 +236,12 @@ class Collector:
                                                        cmds_by_iqn[rec.iqn]), False))
             pid = running.get(rec.name)
             if pid is not None:
-                scratch = f"{rec.spec.pool}/{SCRATCH_PARENT}/{rec.name}-{pid}"
-                dev = zvols.get(scratch)
-                if dev is not None and dev in blocks:
-                    sources.append((f"blk:{scratch}", _block_values(blocks[dev]), True))
-                for eid, path in probe_paths.items():
-                    if path.rstrip("/").endswith(f"/{SCRATCH_PARENT}/{rec.name}-{pid}"):
-                        for row in by_export.get(eid, []):
-                            sources.append((f"nfs:{eid}:{row.protocol}:{pid}",
-                                            _nfs_values(row), True))
+                sources += self._probe_sources(rec, pid, nfs_rows, blocks, zvols, probe_paths)
+            carried = self._carry.pop(rec.name, None)
+            if carried is not None:
+                for k, v in carried.items():
+                    counts[k] += v
+                probe = any(carried.values())
             for key, values, of_probe in sources:
                 seen.add(key)
                 d = self._delta(key, now, values)
@@ -222,6 +252,8 @@ class Collector:
                 for k, v in zip(DS_COUNTERS, diffs, strict=True):
                     counts[k] += v
                 probe = probe or (of_probe and any(diffs))
+            if interval is None and carried is not None and self._prev_ts is not None:
+                interval = now - self._prev_ts
             if interval is None:
                 continue
             sample = DatastoreSample(now, interval, rec.name, rec.spec.pool, rec.spec.protocol,
@@ -236,6 +268,27 @@ class Collector:
         for name in [n for n in self.totals.datastores if n not in {r.name for r in recs}]:
             del self.totals.datastores[name]
             self.totals.labels.pop(name, None)
+        return out
+
+    def _probe_sources(self, rec: DatastoreRecord, pid: str, nfs_rows: list[NfsIo],
+                       blocks: Mapping[str, BlockStat], zvols: Mapping[str, str],
+                       paths: Mapping[int, str] | None = None
+                       ) -> list[tuple[str, tuple[int, ...], bool]]:
+        """The counters of a running probe's scratch: its zvol, or its NFS export."""
+        out: list[tuple[str, tuple[int, ...], bool]] = []
+        scratch = f"{rec.spec.pool}/{SCRATCH_PARENT}/{rec.name}-{pid}"
+        dev = zvols.get(scratch)
+        if dev is not None and dev in blocks:
+            out.append((f"blk:{scratch}", _block_values(blocks[dev]), True))
+        by_export: dict[int, list[NfsIo]] = {}
+        for row in nfs_rows:
+            by_export.setdefault(row.export_id, []).append(row)
+        if paths is None:
+            paths = self._probe_export_paths(by_export)
+        for eid, path in paths.items():
+            if path.rstrip("/").endswith(f"/{SCRATCH_PARENT}/{rec.name}-{pid}"):
+                for row in by_export.get(eid, []):
+                    out.append((f"nfs:{eid}:{row.protocol}:{pid}", _nfs_values(row), True))
         return out
 
     def _probe_export_paths(self, by_export: Mapping[int, list[NfsIo]]) -> dict[int, str]:

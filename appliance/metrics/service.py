@@ -219,4 +219,6 @@ def build(ctx: Context, stats: IoStatsHost | None, probes: ProbeService) -> Metr
                          ctx.settings.metrics_interval)
     if svc.enabled:
         ctx.scheduler.register(svc.task())
+        assert collector is not None
+        probes.before_cleanup.append(collector.checkpoint_probe)
     return svc

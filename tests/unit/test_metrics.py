@@ -395,3 +395,32 @@ def test_grafana_dashboard_uses_only_series_we_export(rig: Rig) -> None:
     used |= {m for v in dash["templating"]["list"] for m in
              re.findall(r"zds_[a-z0-9_]+", str(v.get("query", "")))}
     assert used and used <= exported, used - exported
+
+
+def test_a_probes_last_io_is_kept_when_its_export_goes(rig: Rig) -> None:
+    """The probe's export (and its counters) vanish at cleanup: the reading taken just
+    before lands in the next sample."""
+    st = rig.hosts.iostats
+    assert st is not None
+    _put(rig, "nfs1", "nfs3")
+    c = rig.engine.metrics.collector
+    assert c is not None
+    from appliance.host.ganesha_config import ClientRule, ExportSpec
+
+    path = "/tank/zds-probes/nfs1-p7"
+    rig.ganesha.missing_paths.discard(path)
+    rig.ganesha.add_export(ExportSpec(65500, path, path, (3,), (ClientRule(("127.0.0.1",),
+                                                                             "RW"),)))
+    c.probes = lambda: {"nfs1": "p7"}
+    rig.engine.metrics.collect()
+    st.nfs(65500, read_ops=300)
+    rig.engine.metrics.collect()
+    st.nfs(65500, read_ops=200)  # after the last collection...
+    c.checkpoint_probe("nfs1", "p7")  # ...the probe's cleanup reads it
+    rig.ganesha.remove_export(65500)
+    st._nfs.pop((65500, "NFSv3"))
+    c.probes = dict
+    col = rig.engine.metrics.collect()
+    (s,) = col.datastores
+    assert s.counts["read_ops"] == 200 and s.probe
+    assert c.totals.datastores["nfs1"]["read_ops"] == 500
