@@ -169,3 +169,34 @@ def test_readonly_console_has_no_mutating_controls(served: Served) -> None:
             assert not [b for b in css(d, "main button") if b.text in ("Delete", "Cancel",
                                                                       "Clone")], page
         browser.screenshot(d, "console-readonly")
+
+
+def test_grow_snapshot_clone_delete_through_the_console(served: Served) -> None:
+    s = served
+    s.api("PUT", "/datastores/web-life", json={"protocol": "nfs3", "size": "1G",
+                                               "nfs": {"clients": [{"match": "127.0.0.1"}]}})
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        d.get(s.base + "/ui#/datastores/web-life")
+        wait_for(lambda: css(d, "form#grow"), what="the grow form")
+        css(d, "#grow-size")[0].send_keys("3G")
+        css(d, "form#grow button[type=submit]")[0].click()
+        wait_for(lambda: s.api("GET", "/datastores/web-life")["size"] == 3 << 30, what="grown")
+        assert s.api("GET", "/datastores/web-life")["nfs"]["clients"] == [
+            {"match": "127.0.0.1", "access": "rw"}], "growing kept the access list"
+
+        wait_for(lambda: css(d, "#snap-name"), what="the snapshot form")[0].send_keys("before")
+        css(d, "form#snapshot button[type=submit]")[0].click()
+        wait_for(lambda: css(d, "#clone-before"), what="the snapshot row")[0].send_keys(
+            "web-life-copy")
+        css(d, "form.inline button[type=submit]")[0].click()
+        wait_for(lambda: "web-life-copy" in {x["name"] for x in s.api("GET", "/datastores")},
+                 what="the clone")
+        assert s.api("GET", "/datastores/web-life-copy")["origin"].endswith("@before")
+
+        d.get(s.base + "/ui#/datastores/web-life-copy")
+        wait_for(lambda: css(d, "#delete"), what="the delete button")[0].click()
+        d.switch_to.alert.accept()
+        wait_for(lambda: "web-life-copy" not in {x["name"] for x in s.api("GET", "/datastores")},
+                 timeout=60, what="the clone deleted")
+        wait_for(lambda: css(d, "table#pools"), what="back on the overview")
