@@ -117,10 +117,9 @@ class BlockStat:
     discard_sectors: int = 0
 
 
-# Sample (/proc/diskstats layout of kernel 6.1, Documentation/admin-guide/iostats.rst; the
-# values are the unit test's; tests/e2e/test_console_e2e.py keeps a real appliance's
-# lines in its artifacts, e2e-zvol-counters.txt):
-#  230       0 zd0 120 0 8400 35 2000 0 16000 1204 0 1260 1240 3 0 2048 1 0 0
+# Sample (/proc/diskstats in the appliance, kernel 6.1, after 4000 direct 4K writes to a
+# new zvol; tests/unit/fixtures/appliance/zvol-counters.txt):
+#  230       0 zd0 99 0 4200 32 4000 0 32000 980 0 1012 1012 0 0 0 0 0 0
 # major minor name reads merged sectors ms writes merged sectors ms in_flight io_ms
 # weighted_ms discards merged sectors ms flushes flush_ms
 def parse_diskstats(text: str, prefix: str = "zd") -> dict[str, BlockStat]:
@@ -152,11 +151,12 @@ class InitiatorIo:
     write_mib: int
 
 
-# Layout (kernel target_core_stat.c; values are the unit test's):
-#   iscsi/iqn.2026-11.io.zds:zds.lun1/tpgt_1/acls/iqn.2026-11.org.example:host1/lun_0/
-#     statistics/scsi_auth_intr/num_cmds      2101
-#     statistics/scsi_auth_intr/read_mbytes   6
-#     statistics/scsi_auth_intr/write_mbytes  7
+# Sample (configfs in the appliance; tests/unit/fixtures/appliance/zvol-counters.txt):
+#   iscsi/iqn.2026-11.io.zds:zds.web-lun/tpgt_1/acls/iqn.2026-11.org.example:e2e-metrics/
+#     lun_0/statistics/scsi_auth_intr/num_cmds       0
+#     lun_0/statistics/scsi_auth_intr/read_mbytes    0
+#     lun_0/statistics/scsi_auth_intr/write_mbytes   0
+#     (also att_count, creation_time, hs_num_cmds, intr_name, row_status ...)
 def read_acl_stats(configfs_root: str) -> list[InitiatorIo]:
     """Every ACL's mapped-LUN counters: one walk of ``iscsi/*/tpgt_*/acls``."""
     out: list[InitiatorIo] = []

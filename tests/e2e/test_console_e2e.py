@@ -86,9 +86,10 @@ def test_collector_iops_match_fio_during_a_probe(api: httpx.Client) -> None:
     job = ok(api.post("/probes", params={"wait": 5}, json={
         "profile": "randread-4k-qd32", "datastore": DS, "target": "nfs",
         "overrides": {"runtime": runtime, "ramp": 0, "size": "64m"}}), 202)
+    result_id = job["result_id"]  # only the POST's answer names it
     while job["state"] in ("queued", "running"):
         job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 60}))
-    result: dict[str, Any] = ok(api.get(f"/probes/results/{job['result_id']}"))
+    result: dict[str, Any] = ok(api.get(f"/probes/results/{result_id}"))
     assert result["status"] == "ok", result["error"]
     time.sleep(15)
     series = ok(api.get(f"/datastores/{DS}/metrics",
@@ -145,7 +146,7 @@ def test_console_probe_plot_and_advice(appliance: E2EAppliance, tokens: dict[str
         wait_for(lambda: css(d, "ul.advice, #no-advice"), what="the advice")
         browser.screenshot(d, "e2e-console-datastore")
         wait_for(lambda: css(d, '#probe-profile option[value="randread-4k-qd32"]'),
-                 what="profiles")[0].click()
+                 timeout=120, what="profiles")[0].click()
         css(d, "#probe-runtime")[0].clear()
         css(d, "#probe-runtime")[0].send_keys("3")
         css(d, "form#probe button[type=submit]")[0].click()

@@ -424,3 +424,19 @@ def test_a_probes_last_io_is_kept_when_its_export_goes(rig: Rig) -> None:
     (s,) = col.datastores
     assert s.counts["read_ops"] == 200 and s.probe
     assert c.totals.datastores["nfs1"]["read_ops"] == 500
+
+
+def test_real_appliance_zvol_counters(tmp_path: Path) -> None:
+    """What the appliance showed after 4000 direct 4K writes to a fresh zvol (e2e)."""
+    text = (Path(__file__).parent / "fixtures" / "appliance" / "zvol-counters.txt").read_text()
+    zd0 = parse_diskstats(text)["zd0"]
+    assert (zd0.writes, zd0.write_sectors * 512) == (4000, 4000 * 4096)
+    root = tmp_path / "configfs"
+    for line in text.splitlines():
+        if line.startswith("/sys/kernel/config/target/"):
+            path, _, value = line.partition(" ")
+            f = root / path.removeprefix("/sys/kernel/config/target/")
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(value + "\n")
+    (row,) = read_acl_stats(str(root))
+    assert row.initiator == "iqn.2026-11.org.example:e2e-metrics" and row.commands == 0

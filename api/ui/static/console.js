@@ -286,13 +286,15 @@
       h("h2", {}, "Probes"), ...admin(probeForm(d)),
       table("Recent probe results", ["Profile", "Target", "Status", "Started", "IOPS",
         "p99 ms"], resultRows, "probe-results"));
+    let busy = false;  // under a slow API a refresh must not start before the last ends
     timer = setInterval(() => {
       const a = document.activeElement;
-      const typing = a && ["INPUT", "SELECT", "TEXTAREA"].includes(a.tagName);
-      if (location.hash === `#/datastores/${name}` && !typing) {
-        datastoreView(name, range).catch(() => {});
+      const typing = a && ["INPUT", "SELECT", "TEXTAREA", "BUTTON"].includes(a.tagName);
+      if (location.hash === `#/datastores/${name}` && !typing && !busy) {
+        busy = true;
+        datastoreView(name, range).catch(() => {}).finally(() => { busy = false; });
       }
-    }, 15000);
+    }, 30000);
   }
 
   function growForm(d) {
@@ -324,11 +326,15 @@
     })}, field(`Clone ${snap} as`, cn), h("button", {type: "submit"}, "Clone"));
   }
 
+  let profileNames = null;  // the catalogue, fetched once: re-renders fill the list at once
+
   function probeForm(d) {
     const prof = h("select", {id: "probe-profile"});
-    api("GET", "/probes/profiles").then(ps => prof.replaceChildren(...ps.map(p =>
-      h("option", {value: p.name, selected: p.name === "randread-4k-qd32"}, p.name))))
-      .catch(e => say(e.message, true));
+    const fill = names => prof.replaceChildren(...names.map(n =>
+      h("option", {value: n, selected: n === "randread-4k-qd32"}, n)));
+    if (profileNames) fill(profileNames);
+    else api("GET", "/probes/profiles").then(ps => { profileNames = ps.map(p => p.name);
+      fill(profileNames); }).catch(e => say(e.message, true));
     const targets = ["local", d.protocol === "iscsi" ? "iscsi" : "nfs"];
     const tgt = h("select", {id: "probe-target"}, targets.map(t => h("option", {value: t}, t)));
     const rt = h("input", {type: "number", id: "probe-runtime", min: 1, max: 3600, value: 10});
