@@ -11,6 +11,7 @@ N it reports, from the host:
   creates a dataset or zvol and its export or LUN; the bulk before them is made by
   ``--parallel`` clients);
 - GET list (all N), GET one (an NFS and an iSCSI datastore), health and drift: medians;
+- GET /metrics and the console's /ui page (issue 12: < 1 s at 100): medians;
 - the API's resident memory (``ps`` of zds-api's main PID in the guest);
 
 and the ratio of each to its value at the first count. Then it reboots the appliance and
@@ -108,10 +109,16 @@ class Bench:
             drifts.append(time.monotonic() - t0)
             if not d["in_sync"]:
                 print(f"  drift at N={n}: {d['items'][:5]}", file=sys.stderr)
+        # issue 12's figures ride along: /metrics (Prometheus) and the console's page
+        root = self.vm.api_url
+        metrics = [timed(lambda: self.http.get(root + "/metrics").raise_for_status())
+                   for _ in range(3)]
+        ui = [timed(lambda: self.http.get(root + "/ui").raise_for_status()) for _ in range(3)]
         return {"n": n, "put_p50": statistics.median(puts), "put_p95": pct(puts, 0.95),
                 "list": statistics.median(lists), "get": statistics.median(gets),
                 "health": statistics.median(healths), "health_max": max(healths),
-                "drift": statistics.median(drifts), "rss_mib": self.rss_mib()}
+                "drift": statistics.median(drifts), "metrics": statistics.median(metrics),
+                "ui": statistics.median(ui), "rss_mib": self.rss_mib()}
 
     def unit_times(self) -> dict[str, tuple[float, float]]:
         """(start, end) unix times of the boot's ZFS units, from systemd."""
@@ -231,10 +238,12 @@ def report(rows: list[dict[str, float]], boot: dict[str, float], kvm: bool,
     print(f"# bench.scale, {started.isoformat(timespec='seconds')}, "
           f"{'KVM' if kvm else 'QEMU TCG'} guest, host {platform.node()}")
     print(f"{'N':>5} {'PUT p50':>8} {'PUT p95':>8} {'list':>7} {'get':>6} {'health':>7} "
-          f"{'drift':>7} {'RSS MiB':>8} | {'PUT/N0':>7} {'list/N0':>8} {'health/N0':>9}")
+          f"{'drift':>7} {'metrics':>7} {'ui':>6} {'RSS MiB':>8} | {'PUT/N0':>7} {'list/N0':>8} "
+          f"{'health/N0':>9}")
     for r in rows:
         print(f"{int(r['n']):>5} {r['put_p50']:>8.2f} {r['put_p95']:>8.2f} {r['list']:>7.2f} "
-              f"{r['get']:>6.2f} {r['health']:>7.3f} {r['drift']:>7.2f} {r['rss_mib']:>8.0f} | "
+              f"{r['get']:>6.2f} {r['health']:>7.3f} {r['drift']:>7.2f} {r['metrics']:>7.3f} "
+              f"{r['ui']:>6.3f} {r['rss_mib']:>8.0f} | "
               f"{r['put_p50'] / base['put_p50']:>7.2f} {r['list'] / base['list']:>8.2f} "
               f"{r['health'] / base['health']:>9.2f}")
     if boot:
