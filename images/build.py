@@ -58,8 +58,9 @@ BACKPORTS_PIN = [
 HASHED_DIRS = ["ansible", "images", "appliance", "api"]
 HASHED_FILES = ["pyproject.toml", "README.md"]
 OUTPUTS = ("zds.raw", "zds.qcow2", "zds.ova", vagrant.BOX_FILE)
-# In images/ but not read by the build (the QEMU harness): changing them needs no rebuild.
-NOT_BUILD_INPUTS = {"images/vm.py", "images/paths.py"}
+# In images/ but not read by the build (the QEMU harness, the e2e guests and Debian VM):
+# changing them needs no rebuild.
+NOT_BUILD_INPUTS = {"images/vm.py", "images/paths.py", "images/guest.py", "images/hostvm.py"}
 
 
 def log(msg: str) -> None:
