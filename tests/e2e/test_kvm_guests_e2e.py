@@ -178,7 +178,13 @@ def test_5_nfs_snapshot_clone_and_rollback_bring_the_guest_disk_back(
         r = boot(kernel, guest.nfs_drive(clone["nfs"]["path"], "guest.qcow2"), "",
                  workdir / "nfs-clone.log", "nfs_clone")
         assert r.boots == [(3, a)], r.tail()
-        ok(api.post("/datastores/kvmnfs/snapshots/s1/rollback", json={}))
+        # the guest is off, but ganesha still counts this host as a recent client: the
+        # admin who knows the VM is down forces it (a 409 names the client otherwise)
+        rb = api.post("/datastores/kvmnfs/snapshots/s1/rollback", json={})
+        if rb.status_code == 409:
+            assert HOST_AS_SEEN in rb.json()["error"]["message"], rb.text
+            rb = api.post("/datastores/kvmnfs/snapshots/s1/rollback", json={"force": True})
+        ok(rb)
         r = boot(kernel, guest.nfs_drive(path, "guest.qcow2"), "", workdir / "nfs-3.log",
                  "nfs_after_rollback")
     # rolled back: the disk is again what it was at s1 (B and boots 3-4 are gone)
@@ -305,9 +311,9 @@ def test_7_libvirt_takes_the_netfs_xml_and_would_mount_nfsv3(
 def test_8_root_logs_in_over_ssh_with_the_key_handed_in_by_fw_cfg(
         appliance: E2EAppliance) -> None:
     """What the Vagrant box relies on: no vagrant user, a key handed in by fw_cfg."""
-    p = appliance.ssh("id -un; zds system health >/dev/null && echo zds-ok; "
+    p = appliance.ssh("id -un; systemctl is-active zds-api; "
                       "stat -c %a /root/.ssh/authorized_keys")
     assert p.returncode == 0, p.stderr
-    assert p.stdout.split() == ["root", "zds-ok", "600"], p.stdout
+    assert p.stdout.split() == ["root", "active", "600"], p.stdout
     key = Path(str(appliance.ssh_key) + ".pub").read_text().split()[1]
     assert key in appliance.check("cat /root/.ssh/authorized_keys")
