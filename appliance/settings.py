@@ -80,7 +80,6 @@ class Settings:
             tls_cert=state_dir / "tls" / "cert.pem",
             tls_key=state_dir / "tls" / "key.pem",
             admin_token_file=state_dir / "admin-token",
-            root_authorized_keys=state_dir / "ssh" / "authorized_keys",
         )
 
 

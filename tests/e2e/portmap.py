@@ -89,7 +89,10 @@ class Portmapper:
                 buf = b""
                 record = b""
                 while True:
-                    chunk = sock.recv(65536)
+                    try:
+                        chunk = sock.recv(65536)
+                    except ConnectionResetError:  # libnfs resets when it is done
+                        return
                     if not chunk:
                         return
                     buf += chunk
