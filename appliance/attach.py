@@ -11,6 +11,10 @@ from xml.sax.saxutils import escape, quoteattr
 
 from appliance.model import DatastoreRecord
 
+# libvirt's storage-pool namespace for extra mount options of fs/netfs pools (libvirt 5.1+)
+LIBVIRT_FS_NS = "http://libvirt.org/schemas/storagepool/fs/1.0"
+PLACEHOLDER_IQN = "YOUR-HOST-INITIATOR-IQN"
+
 
 @dataclass(frozen=True)
 class AttachInstructions:
@@ -26,36 +30,47 @@ def _q(value: str) -> str:
 
 def nfs_instructions(rec: DatastoreRecord, server: str, path: str,
                      nfs_port: int = 2049) -> AttachInstructions:
+    """esxcli and a libvirt ``netfs`` pool. The pool names the NFS version the datastore
+    is exported with (``<protocol ver>``; NFSv4.1 adds the ``minorversion=1`` mount
+    option through libvirt's fs namespace), so libvirt's mount never negotiates another."""
     name = rec.name
+    fs_ns = ""
+    mount_opts = ""
     if rec.spec.protocol == "nfs3":
         esxi = [
             f"esxcli storage nfs add --host={_q(server)} --share={_q(path)} "
             f"--volume-name={_q(name)}",
             "esxcli storage nfs list",
         ]
-        fmt, opts = "nfs", "nfsvers=3,tcp"
+        ver, opts = "3", "nfsvers=3,tcp"
     else:
         esxi = [
             f"esxcli storage nfs41 add --hosts={_q(server)} --share={_q(path)} "
             f"--volume-name={_q(name)} --sec=AUTH_SYS",
             "esxcli storage nfs41 list",
         ]
-        fmt, opts = "nfs", "nfsvers=4.1,tcp"
+        ver, opts = "4", "nfsvers=4.1,tcp"
+        fs_ns = f" xmlns:fs={quoteattr(LIBVIRT_FS_NS)}"
+        mount_opts = ("  <fs:mount_opts>\n"
+                      "    <fs:option name='minorversion=1'/>\n"
+                      "  </fs:mount_opts>\n")
     xml = (
-        "<pool type='netfs'>\n"
+        f"<pool type='netfs'{fs_ns}>\n"
         f"  <name>{escape(name)}</name>\n"
         "  <source>\n"
         f"    <host name={quoteattr(server)}/>\n"
         f"    <dir path={quoteattr(path)}/>\n"
-        f"    <format type='{fmt}'/>\n"
+        "    <format type='nfs'/>\n"
+        f"    <protocol ver='{ver}'/>\n"
         "  </source>\n"
         "  <target>\n"
         f"    <path>/var/lib/libvirt/images/{escape(name)}</path>\n"
         "  </target>\n"
+        f"{mount_opts}"
         "</pool>\n"
     )
-    notes = [f"mount options libvirt should use: {opts} (set in /etc/nfsmount.conf or "
-             f"<source><mount_opts>) ; NFS port {nfs_port}"]
+    notes = [f"libvirt mounts it with the kernel NFS client (mount.nfs, package nfs-common) "
+             f"as {opts}; NFS port {nfs_port}"]
     if not rec.spec.nfs_clients:
         notes.append("no NFS clients are allowed yet: add them with PUT (nfs.clients)")
     return AttachInstructions(esxi, xml, _virsh(name), notes)
@@ -98,6 +113,10 @@ def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
         auth = (f"    <auth type='chap' username={quoteattr(chap.user)}>\n"
                 f"      <secret usage={quoteattr(name + '-chap')}/>\n"
                 "    </auth>\n")
+    # iscsi-direct logs in with libiscsi as the initiator the XML names: the datastore's
+    # own (first) initiator when it lists one, else a placeholder the admin replaces
+    initiators = rec.spec.iscsi.initiators
+    host_iqn = initiators[0] if initiators else PLACEHOLDER_IQN
     xml = (
         "<pool type='iscsi-direct'>\n"
         f"  <name>{escape(name)}</name>\n"
@@ -105,14 +124,19 @@ def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
         f"    <host name={quoteattr(server)} port='{port}'/>\n"
         f"    <device path={quoteattr(iqn)}/>\n"
         "    <initiator>\n"
-        "      <iqn name='YOUR-HOST-INITIATOR-IQN'/>\n"
+        f"      <iqn name={quoteattr(host_iqn)}/>\n"
         "    </initiator>\n"
         f"{auth}"
         "  </source>\n"
         "</pool>\n"
     )
     notes = [f"LUN 0 of {iqn}, device id {wwn} (stable for the life of the datastore)"]
-    initiators = rec.spec.iscsi.initiators
+    if host_iqn == PLACEHOLDER_IQN:
+        notes.append(f"libvirt: put your host's initiator IQN (/etc/iscsi/initiatorname.iscsi) "
+                     f"in place of {PLACEHOLDER_IQN} in the pool XML")
+    elif len(initiators) > 1:
+        notes.append(f"libvirt: the pool XML logs in as {host_iqn}; on another of the allowed "
+                     "hosts put its own IQN there")
     if initiators or rec.spec.iscsi.initiator_groups:
         notes.append("allowed initiators: "
                      + ", ".join([*initiators, *(f"group:{g}" for g in

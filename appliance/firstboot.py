@@ -2,7 +2,9 @@
 
 The admin token comes from QEMU fw_cfg ``opt/zds/admin-token`` when the host passed one,
 else from the token file, else it is made now; it is written to a root-only file and
-printed (the unit sends stdout to the console). Pools found on the disks but not imported
+printed (the unit sends stdout to the console). SSH public keys the hypervisor hands in
+(fw_cfg ``opt/zds/ssh-authorized-keys``, one per line: the Vagrant box uses it) are added
+to root's authorized_keys. Pools found on the disks but not imported
 (a new system disk) are imported, without force. The default pool is made only when no
 pool is imported or importable: on the configured disks, else on sparse files (a demo
 pool, labelled as such).
@@ -13,8 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from appliance import validate
 from appliance.engine import Engine
-from appliance.errors import ZdsError
+from appliance.errors import InvalidInput, ZdsError
 from appliance.services.pools import PoolRequest, VdevRequest
 
 
@@ -27,6 +30,7 @@ class FirstbootResult:
     pool_created: bool
     demo_pool: bool
     messages: list[str]
+    ssh_keys_added: int = 0
 
 
 def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResult:
@@ -45,6 +49,7 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
     else:
         engine.tokens.create("admin" if source == "file" else "admin-fwcfg", "admin", token)
     local.write_secret(s.admin_token_file, token)
+    keys_added = _fw_cfg_ssh_keys(engine, msgs)
 
     pool, created, demo = None, False, False
     if engine.ctx.zfs.available():
@@ -86,7 +91,27 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
                     pool = None
     else:
         msgs.append("ZFS is not available: no default pool")
-    return FirstbootResult(cert, token, source, pool, created, demo, msgs)
+    return FirstbootResult(cert, token, source, pool, created, demo, msgs, keys_added)
+
+
+def _fw_cfg_ssh_keys(engine: Engine, msgs: list[str]) -> int:
+    """Adds the valid key lines of fw_cfg opt/zds/ssh-authorized-keys for root."""
+    s, local = engine.settings, engine.ctx.local
+    text = local.read_fw_cfg(s.fw_cfg_dir, "ssh-authorized-keys")
+    if not text:
+        return 0
+    keys: list[str] = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            keys.append(validate.ssh_public_key(line))
+        except InvalidInput as exc:
+            msgs.append(f"fw_cfg ssh-authorized-keys: ignored: {exc.message}")
+    added = local.add_authorized_keys(s.root_authorized_keys, keys) if keys else 0
+    if added:
+        msgs.append(f"added {added} SSH key(s) from fw_cfg to {s.root_authorized_keys}")
+    return added
 
 
 def _import_existing(engine: Engine, names: list[str], timeout: float,

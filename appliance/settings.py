@@ -66,6 +66,9 @@ class Settings:
     firstboot_demo_disk_size: str = "8G"
     admin_token_file: Path = Path("/etc/zds/admin-token")
     fw_cfg_dir: Path = Path("/sys/firmware/qemu_fw_cfg/by_name/opt/zds")
+    # SSH public keys handed in by the hypervisor (fw_cfg opt/zds/ssh-authorized-keys) are
+    # added here at every boot: how the Vagrant box and test harnesses log in
+    root_authorized_keys: Path = Path("/root/.ssh/authorized_keys")
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -28,6 +28,11 @@ _HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$", re.IGNORECA
 # CHAP: RFC 1994 secrets are octets; we keep to printable ASCII without space, quotes or
 # backslash so a secret can never break out of an esxcli line or a libvirt secret.
 _CHAP_TEXT = re.compile(r"^[A-Za-z0-9!#%&()*+,./:;<=>?@\[\]^_{|}~-]+$")
+# An OpenSSH public key line: type, base64 blob, optional comment. No options prefix
+# (command=, from=...): a key handed in from the hypervisor grants plain root login.
+_SSH_KEY = re.compile(
+    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
+    r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{16,8192}={0,3}(?: [ -~]{0,200})?$")
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:I?B)?\s*$", re.IGNORECASE)
@@ -193,3 +198,11 @@ def format_size(size: int) -> str:
         if size >= n and size % n == 0:
             return f"{size // n}{unit}"
     return str(size)
+
+
+def ssh_public_key(value: str) -> str:
+    """One OpenSSH public key line (``ssh-ed25519 AAAA... comment``), without options."""
+    text = value.strip() if isinstance(value, str) else ""
+    if not _SSH_KEY.match(text):
+        raise InvalidInput(f"not an OpenSSH public key line: {text[:60]!r}")
+    return text

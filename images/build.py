@@ -7,7 +7,7 @@ Pipeline (each step's time is recorded in the build's manifest.json):
   wheels     `pip wheel` of this repo + its dependencies (installed --no-index in the image)
   ansible    ansible/playbooks/image.yml in the root (chroot connection): the OS content
   finish     image-specific bits: fstab, hostname, DHCP, trimmed initrd, test-control agent
-  assemble   FAT ESP (systemd-boot) + ext4 root -> GPT raw -> qcow2 + OVA
+  assemble   FAT ESP (systemd-boot) + ext4 root -> GPT raw -> qcow2 + OVA + Vagrant box
 
 Every input (ansible/, images/, the project source, resolved package versions) is hashed;
 an unchanged tree reuses the cached build. Run as root on a Debian 12 host.
@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from images import ovf
+from images import ovf, vagrant
 from images.paths import REPO, images_dir
 
 FORMAT_VERSION = "1"  # bump to invalidate every cached build
@@ -57,9 +57,10 @@ BACKPORTS_PIN = [
 ]
 HASHED_DIRS = ["ansible", "images", "appliance", "api"]
 HASHED_FILES = ["pyproject.toml", "README.md"]
-OUTPUTS = ("zds.raw", "zds.qcow2", "zds.ova")
-# In images/ but not read by the build (the QEMU harness): changing them needs no rebuild.
-NOT_BUILD_INPUTS = {"images/vm.py", "images/paths.py"}
+OUTPUTS = ("zds.raw", "zds.qcow2", "zds.ova", vagrant.BOX_FILE)
+# In images/ but not read by the build (the QEMU harness, the e2e guests and Debian VM):
+# changing them needs no rebuild.
+NOT_BUILD_INPUTS = {"images/vm.py", "images/paths.py", "images/guest.py", "images/hostvm.py"}
 
 
 def log(msg: str) -> None:
@@ -513,6 +514,9 @@ class Build:
         ovf.write_ova(out / "zds.ova", vmdk, capacity_bytes=raw.stat().st_size,
                       version=self.resolved.versions.get("zds", "0.1.0"))
         vmdk.unlink()
+        # the same qcow2 as a Vagrant libvirt box: `vagrant box add` from this file, offline
+        vagrant.write_box(out / vagrant.BOX_FILE, out / "zds.qcow2",
+                          capacity_bytes=raw.stat().st_size)
 
 
 def build(force: bool = False) -> Path:

@@ -175,6 +175,11 @@ class Appliance:
     # "esxi": VMXNET3 NIC and data disks on PVSCSI like the OVA; the system disk goes on
     # SATA because this host's OVMF has no PVSCSI boot driver (ESXi's EFI firmware has one).
     hardware: str = "virtio"
+    # SSH: a host port on 127.0.0.1 forwarded to the guest's 22, and public keys handed in
+    # by fw_cfg (opt/zds/ssh-authorized-keys: first boot adds them for root, as the
+    # Vagrant box's Vagrantfile does with Vagrant's key)
+    ssh_port: int | None = None
+    ssh_authorized_keys: Path | None = None
     last_health: str = field(default="", repr=False)  # the last health body seen
     _ctl: socket.socket | None = field(default=None, repr=False)
     _ctl_buf: bytes = field(default=b"", repr=False)
@@ -292,8 +297,12 @@ class Appliance:
                      "-device", (f"scsi-hd,bus=pvscsi0.0,drive=data{i},serial=zdsdata{i}"
                                  if self.hardware == "esxi" else
                                  f"virtio-blk-pci,drive=data{i},serial=zdsdata{i}")]
+        ssh_fwd = f",hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22" if self.ssh_port else ""
+        if self.ssh_authorized_keys is not None:
+            argv += ["-fw_cfg",
+                     f"name=opt/zds/ssh-authorized-keys,file={self.ssh_authorized_keys}"]
         argv += [
-            "-netdev", f"user,id=n0,restrict=on,{self.ports.hostfwd()}",
+            "-netdev", f"user,id=n0,restrict=on,{self.ports.hostfwd()}{ssh_fwd}",
             "-device", ("vmxnet3" if self.hardware == "esxi" else "virtio-net-pci") + ",netdev=n0",
             "-fw_cfg", f"name=opt/zds/admin-token,file={self.token_file}",
             "-display", "none",

@@ -50,6 +50,7 @@ expected = {
     "firstboot_pool": "tank", "firstboot_disks": ("/dev/disk/by-id/virtio-zdsdata*",),
     "firstboot_layout": "mirror", "firstboot_demo_disk_size": "8G",
     "admin_token_file": Path("/etc/zds/admin-token"), "max_overcommit": 20.0,
+    "root_authorized_keys": Path("/root/.ssh/authorized_keys"),
 }
 wrong = {k: (getattr(s, k), v) for k, v in expected.items() if getattr(s, k) != v}
 if wrong:

@@ -23,8 +23,12 @@ host_packages=(
   systemd-boot-efi zstd
   # python
   python3-venv
-  # Vagrantfile check
-  vagrant
+  # Vagrantfile check; the Vagrant box's provider settings (vagrant validate)
+  vagrant vagrant-libvirt
+  # real clients in e2e: libvirt with the QEMU driver and the iscsi-direct pool (started
+  # privately by the tests, no network driver), tiny busybox guests, ssh to the VMs
+  libvirt-daemon libvirt-daemon-driver-qemu libvirt-daemon-driver-storage-iscsi-direct
+  libvirt-clients libxml2-utils busybox-static openssh-client
 )
 
 need=()

@@ -31,7 +31,8 @@ def cmd_datastore(args: argparse.Namespace) -> int:
         return out_job(args, c.call("DELETE", f"/datastores/{args.name}",
                                     params={"force": args.force, "wait": args.wait}))
     elif args.ds_cmd == "attach":
-        out(args, c.call("GET", f"/datastores/{args.name}/attach"),
+        params = {k: v for k, v in (("server", args.address), ("port", args.port)) if v}
+        out(args, c.call("GET", f"/datastores/{args.name}/attach", params=params or None),
             lambda d: "\n".join(["# ESXi", *d["esxi"], "", "# libvirt pool XML",
                                  d["libvirt_pool_xml"], *d["virsh"]]))
     return 0
@@ -61,8 +62,12 @@ def register(sub: Any) -> None:
     d = sub.add_parser("datastore", help="datastores (over the API)")
     dsub = d.add_subparsers(dest="ds_cmd", required=True)
     dsub.add_parser("list")
-    for name in ("get", "attach"):
-        dsub.add_parser(name).add_argument("name")
+    dsub.add_parser("get").add_argument("name")
+    da = dsub.add_parser("attach", help="esxcli commands and the libvirt pool XML")
+    da.add_argument("name")
+    da.add_argument("--address", help="the appliance's address as clients know it")
+    da.add_argument("--port", type=int,
+                    help="the port clients reach iSCSI at, when forwarded (NAT)")
     dp = dsub.add_parser("put", help="create or update")
     dp.add_argument("name")
     dp.add_argument("--protocol", choices=["nfs3", "nfs41", "iscsi"], required=True)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request, Response, status
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response, status
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep, server_address
@@ -45,14 +47,17 @@ def delete_datastore(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQu
 
 @router.get("/{name}/attach", response_model=schemas.AttachBody)
 def attach(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
-           server: str | None = None) -> schemas.AttachBody:
-    """esxcli commands and a libvirt pool XML; ``server`` overrides the address in them."""
+           server: str | None = None,
+           port: Annotated[int | None, Query(ge=1, le=65535)] = None) -> schemas.AttachBody:
+    """esxcli commands and a libvirt pool XML; ``server`` overrides the address in them,
+    ``port`` the port when clients reach the appliance through port forwarding or NAT (the
+    iSCSI portal's port; for NFS it is only named in the notes)."""
     from dataclasses import asdict
 
     from appliance import validate
 
     address = validate.nfs_client(server) if server else server_address(request)
-    return schemas.AttachBody(**asdict(engine.datastores.attach(name, address)))
+    return schemas.AttachBody(**asdict(engine.datastores.attach(name, address, port=port)))
 
 
 @router.get("/{name}/snapshots", response_model=list[schemas.SnapshotOut], tags=["snapshots"])

@@ -28,6 +28,10 @@ class LocalHost(Protocol):
 
     def write_secret(self, path: Path, text: str) -> None: ...
 
+    def add_authorized_keys(self, path: Path, keys: list[str]) -> int:
+        """Appends the key lines not yet in ``path`` (an OpenSSH authorized_keys file,
+        made 0600 in a 0700 directory); returns how many were added."""
+
     def read_text(self, path: Path) -> str | None: ...
 
     def hostname(self) -> str: ...
@@ -92,6 +96,23 @@ class RealLocalHost:
         with os.fdopen(fd, "w") as f:
             f.write(text + "\n")
         os.replace(tmp, path)
+
+    def add_authorized_keys(self, path: Path, keys: list[str]) -> int:
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            text = ""
+        have = {line.strip() for line in text.splitlines()}
+        new = [k for k in dict.fromkeys(keys) if k not in have]
+        if new:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            with os.fdopen(fd, "a") as f:
+                if text and not text.endswith("\n"):
+                    f.write("\n")
+                f.write("".join(k + "\n" for k in new))
+        path.chmod(0o600)
+        return len(new)
 
     def read_text(self, path: Path) -> str | None:
         try:
@@ -187,6 +208,12 @@ class FakeLocalHost:
 
     def write_secret(self, path: Path, text: str) -> None:
         self.files[str(path)] = text
+
+    def add_authorized_keys(self, path: Path, keys: list[str]) -> int:
+        have = self.files.get(str(path), "").splitlines()
+        new = [k for k in dict.fromkeys(keys) if k not in have]
+        self.files[str(path)] = "\n".join([*have, *new])
+        return len(new)
 
     def read_text(self, path: Path) -> str | None:
         return self.files.get(str(path))

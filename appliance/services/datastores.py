@@ -152,14 +152,17 @@ class DatastoreService:
         return rec
 
     def attach(self, name: str, server: str | None,
-               view: DatastoreView | None = None) -> AttachInstructions:
+               view: DatastoreView | None = None, port: int | None = None) -> AttachInstructions:
+        """``port``: the port clients reach the service at when it is not the appliance's
+        own (port forwarding, NAT): the iSCSI portal's port, the NFS server's."""
         view = view or self.get(name)
         address = server or self.ctx.settings.public_address or "APPLIANCE-ADDRESS"
         rec = view.record
         if rec.spec.is_nfs:
-            return nfs_instructions(rec, address, view.path or f"/{view.dataset}")
+            return nfs_instructions(rec, address, view.path or f"/{view.dataset}",
+                                    port or 2049)
         return iscsi_instructions(rec, address, view.wwn or "",
-                                  self.ctx.settings.iscsi_portal[1])
+                                  port or self.ctx.settings.iscsi_portal[1])
 
     def _view(self, rec: DatastoreRecord, ds: DatasetInfo | None, snapshots: int,
               live: LiveState) -> DatastoreView:

@@ -73,6 +73,15 @@ class Iscsi:
                 f"file.portal=127.0.0.1:{self.port},file.target={iqn},file.lun=0,"
                 f"file.initiator-name={initiator}")
 
+    def image_opts(self, iqn: str, initiator: str) -> str:
+        """qemu-img/qemu-io --image-opts for LUN 0 through libiscsi as ``initiator``."""
+        return self._opts(iqn, initiator)
+
+    def write_image(self, iqn: str, initiator: str, image: Path) -> None:
+        """A raw disk image onto LUN 0 from offset 0 (qemu-img convert, no resize)."""
+        run(["qemu-img", "convert", "-n", "-f", "raw", str(image), "--target-image-opts",
+             self._opts(iqn, initiator)], timeout=600)
+
     def write(self, iqn: str, initiator: str, data: Path, offset: int) -> None:
         size = data.stat().st_size
         run(["qemu-io", "--image-opts", self._opts(iqn, initiator),

@@ -9,6 +9,8 @@ host ports on 127.0.0.1, and yields an :class:`E2EAppliance`:
                                          virtio-serial agent, see images/vm.py)
   reboot()                               reboots the guest, waits for the agent and the API
   api_healthy                            whether the API answered before the tests started
+  ssh(cmd)                               the same as root over SSH (127.0.0.1:ssh_port), with
+                                         a key handed in by fw_cfg as the Vagrant box does
 
 Teardown powers the guest off through the monitor and then by the pidfile PID.
 Hazard: LIO advertises the guest's 10.0.2.15 in iSCSI discovery; connect only to the
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
@@ -73,6 +77,23 @@ class E2EAppliance:
         assert rc == 0, f"guest command failed ({rc}): {cmd}\n{out}"
         return out
 
+    @property
+    def ssh_port(self) -> int:
+        assert self.vm.ssh_port is not None
+        return self.vm.ssh_port
+
+    @property
+    def ssh_key(self) -> Path:
+        """The private half of the key the appliance got through fw_cfg."""
+        return self.vm.state_dir / "ssh-key"
+
+    def ssh(self, cmd: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ssh", "-i", str(self.ssh_key), "-p", str(self.ssh_port), "-o", "BatchMode=yes",
+             "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+             "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=30", "root@127.0.0.1", cmd],
+            capture_output=True, text=True, timeout=timeout, check=False)
+
     def reboot(self, timeout: float = BOOT_TIMEOUT) -> None:
         self.vm.reboot(timeout=timeout, wait_api=True)
 
@@ -112,6 +133,12 @@ def _wait_api(vm: Appliance, timeout: float) -> bool:
     return False
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.fixture(scope="session")
 def appliance() -> Iterator[E2EAppliance]:
     if os.geteuid() != 0:
@@ -120,8 +147,12 @@ def appliance() -> Iterator[E2EAppliance]:
     image_dir = build.build()
     t_build = time.monotonic() - t0
     state = Path(tempfile.mkdtemp(prefix="zds-e2e-"))
+    key = state / "ssh-key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
+                    "-f", str(key)], check=True)
     vm = Appliance(state_dir=state, base_image=image_dir / "zds.raw", ports=Ports.random_free(),
-                   test_control=True)
+                   test_control=True, ssh_port=_free_port(),
+                   ssh_authorized_keys=key.with_suffix(".pub"))
     vm.prepare(fresh_system=True, fresh_data=True)
     kvm = kvm_works()
     t1 = time.monotonic()

@@ -64,6 +64,10 @@ def test_datastore_lifecycle_from_the_cli(capsys: pytest.CaptureFixture[str],
     assert {line.split()[0] for line in out.splitlines()[1:]} == {"ds1", "lun1"}
     rc, out = zds(capsys, server, "datastore", "attach", "ds1")
     assert "esxcli storage nfs add" in out and "<pool type='netfs'>" in out
+    rc, out = zds(capsys, server, "datastore", "attach", "lun1", "--address", "127.0.0.1",
+                  "--port", "13260")
+    assert """<host name="127.0.0.1" port='13260'/>""" in out
+    assert '<iqn name="iqn.2026-11.org.example:host1"/>' in out
     rc, out = zds(capsys, server, "snapshot", "create", "ds1", "s1")
     assert "tank/datastores/ds1@s1" in out
     rc, out = zds(capsys, server, "--json", "snapshot", "list", "ds1")

@@ -71,6 +71,18 @@ def test_qemu_network_is_restricted_to_loopback_forwards(tmp_path: Path) -> None
                      "virtio-blk-pci,drive=data1,serial=zdsdata1"]
 
 
+def test_ssh_forward_and_keys_only_when_asked(tmp_path: Path) -> None:
+    keys = tmp_path / "keys.pub"
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b", ssh_port=10022,
+                   ssh_authorized_keys=keys)
+    argv = vm.qemu_argv(kvm=False)
+    netdev = argv[argv.index("-netdev") + 1]
+    assert ",restrict=on," in netdev and netdev.endswith(",hostfwd=tcp:127.0.0.1:10022-:22")
+    assert f"name=opt/zds/ssh-authorized-keys,file={keys}" in argv
+    plain = Appliance(state_dir=tmp_path, base_image=tmp_path / "b").qemu_argv(kvm=False)
+    assert not any(f"{a},".count("-:22,") or "ssh-authorized" in a for a in plain)
+
+
 def test_test_boots_get_the_control_channel(tmp_path: Path) -> None:
     vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b", test_control=True)
     argv = vm.qemu_argv(kvm=True)

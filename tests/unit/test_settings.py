@@ -37,6 +37,8 @@ max_overcommit = 2.5
     assert (s.port, s.tls) == (9443, False)
     assert s.db_path == Path("/srv/zds/zds.db")
     assert s.tls_cert == Path("/etc/zds/tls/cert.pem")  # not moved by state.dir
+    # root's SSH keys stay root's, wherever the state lives (fw_cfg keys go there)
+    assert s.root_authorized_keys == Path("/root/.ssh/authorized_keys")
     assert s.ganesha_exports_dir == Path("/srv/zds/exports")
     assert s.iscsi_portal == ("192.0.2.5", 3261)
     assert s.iqn_prefix == "iqn.2026-11.org.example.storage"
