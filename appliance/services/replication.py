@@ -542,6 +542,9 @@ class ReplicationService:
         info = zfs.get_dataset(dataset, ("type", "mountpoint"))
         if info is None:
             raise NotFound(f"dataset {dataset} of datastore {spec.datastore} is missing")
+        # the target first: unreachable, a refused key or a changed host key leave the
+        # source as it was (no snapshot taken for nothing)
+        first: TargetState | None = zsend.target_state(endpoint, spec.target.dataset)
         if take:
             with self.ctx.lock.hold(f"replication {spec.name}: snapshot", timeout=JOB_LOCK_WAIT):
                 stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -558,7 +561,8 @@ class ReplicationService:
         source: builtins.list[SnapRef] = []
         for _ in range(MAX_STEPS):
             job.check_cancelled()
-            state = zsend.target_state(endpoint, spec.target.dataset)
+            state = first or zsend.target_state(endpoint, spec.target.dataset)
+            first = None
             source = _refs(zfs.list_snapshots(dataset))
             step = planner.plan(dataset, source, zsend.bookmarks(dataset), state, spec.raw)
             if step.kind == "up_to_date":
@@ -649,14 +653,25 @@ class ReplicationService:
                         log.info("replication %s keeps %s: %s", name, s.name, exc.message)
 
     def _drop_cursor(self, name: str, dataset: str) -> None:
+        """Releases the hold, destroys the bookmarks and the snapshots this replication
+        took (unless something else holds them or a clone depends on them)."""
         zsend, tag = self.zsend, hold_tag(name)
         snaps = [s.name for s in self.ctx.zfs.list_snapshots(dataset)]
-        for snap, tags in zsend.holds(snaps).items():
+        holds = zsend.holds(snaps)
+        for snap, tags in holds.items():
             if tag in tags:
                 zsend.release(snap, tag)
         for b in zsend.bookmarks(dataset):
             if b.short.startswith(bookmark_prefix(name)):
                 zsend.destroy_bookmark(b.name)
+        clones = {r.origin for r in self.ctx.store.list_datastores() if r.origin}
+        own = f"@{snapshot_prefix(name)}"
+        for snap in snaps:
+            if own in snap and snap not in clones and not (holds.get(snap, set()) - {tag}):
+                try:
+                    self.ctx.zfs.destroy(snap)
+                except ZdsError as exc:
+                    log.info("replication %s: keeping %s: %s", name, snap, exc.message)
 
     def check(self, name: str) -> CheckView:
         """Contacts the target now (pins its host key on first contact) and says what the
