@@ -224,9 +224,15 @@ class ReplicationService:
 
     # --- start-up -----------------------------------------------------------------------
     def start(self) -> None:
-        """Renders the authorized keys file from the records (it may have been lost with
-        a new system disk; the records live in SQLite on the same disk, so a restore of
-        the state directory brings both back)."""
+        """At start-up (after JobManager.recover): records the runs a restart interrupted
+        as failed, and renders the authorized keys file from the records (it may have been
+        lost; records and file live in the same state directory)."""
+        for rec in self.records.list():  # runs a restart interrupted (their jobs failed)
+            if rec.status.state == "running" and not self._job_running(rec):
+                self.records.set_status(rec.name, replace(
+                    rec.status, state="failed", failures=rec.status.failures + 1,
+                    last_error={"code": "interrupted", "message": "the API stopped during "
+                                "this run; the next run resumes what the target kept"}))
         if self.ctx.hosts.ssh is None:
             return
         keys = self.records.source_keys()
@@ -729,7 +735,7 @@ class ReplicationService:
             worst = max(worst, lag or 0.0)
             if st.state == "failed" and st.last_error:
                 problems.append(f"{r.name}: last run failed: {st.last_error.get('message')}")
-            elif r.spec.interval and st.state != "running":
+            elif r.spec.interval and not (st.state == "running" and self._job_running(r)):
                 limit = LATE_INTERVALS * r.spec.interval + LATE_GRACE
                 since = lag if lag is not None else now - r.created
                 if since > limit:

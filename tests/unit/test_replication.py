@@ -6,7 +6,7 @@ the source, the scheduler and the policy hook, promote on the target, health."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -534,3 +534,23 @@ def test_promote_refusals(pair: tuple[Box, Box]) -> None:
     result = dst.engine.replication.promote("r1", PromoteRequest(name="nfs01-dr",
                                                                  nfs_path="local"))
     assert result.view.path == "/backup/datastores/nfs01-dr"
+
+
+def test_a_run_interrupted_by_a_restart_is_recorded_as_failed(tmp_path: Path) -> None:
+    net = FakeNetwork()
+    src = make_box(tmp_path, "zds-a", "tank")
+    net.attach("198.51.100.10", src.ssh)
+    nfs(src)
+    put(src, interval="1h")
+    rec = src.engine.replication.records.get("r1")
+    assert rec is not None
+    src.engine.replication.records.set_status("r1", replace(rec.status, state="running",
+                                                            job_id="gone"))
+    src.engine.replication.start()
+    view = src.engine.replication.get("r1").outgoing
+    assert view is not None and view.record.status.state == "failed"
+    assert view.record.status.last_error == {
+        "code": "interrupted",
+        "message": "the API stopped during this run; the next run resumes what the target "
+                   "kept"}
+    src.engine.close()
