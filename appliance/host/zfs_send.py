@@ -484,6 +484,8 @@ class _Pipeline:
     """``send | receive`` with the bytes pumped (spliced, no copy into Python) by a
     thread that counts them, limits the rate and reports progress."""
 
+    CANCEL_GRACE = 60.0  # seconds a cancelled receive may take to save its partial state
+
     def __init__(self, send_argv: list[str], recv_argv: list[str], chunk: int,
                  rate_limit: int | None, progress: Progress | None, every: float) -> None:
         self.send_argv = send_argv
@@ -525,18 +527,24 @@ class _Pipeline:
         pump = threading.Thread(target=self._pump, args=(sender, receiver, cancel),
                                 daemon=True)
         pump.start()
+        # A cancel stops the sender only: the receiver then reads the end of a cut stream
+        # and keeps what arrived as a resumable partial receive (as after a broken link);
+        # it is killed only if it does not finish within CANCEL_GRACE.
         while pump.is_alive():
             pump.join(0.2)
             if cancel.is_set():
-                for p in self._procs:
-                    self._kill(p)
+                self._kill(sender)
+        grace: float | None = None
         for i, p in enumerate(self._procs):
             while True:
                 try:
                     self._codes[i] = p.wait(timeout=0.5)
                     break
                 except subprocess.TimeoutExpired:
-                    if cancel.is_set():
+                    if not cancel.is_set():
+                        continue
+                    grace = grace or time.monotonic() + self.CANCEL_GRACE
+                    if p is sender or time.monotonic() > grace:
                         self._kill(p)
         for t in readers:
             t.join(5)
