@@ -305,7 +305,8 @@ def interrupted(bytes_sent: int, msg: str, detail: dict[str, object] | None = No
 def classify_stream_error(text: str, bytes_sent: int, argv: Sequence[str]) -> ZdsError:
     """The engine error for a failed send or receive, from its stderr."""
     low = text.lower()
-    msg = " ".join(line.strip() for line in text.strip().splitlines()[:3]) or "failed"
+    msg = " ".join(line.strip() for line in text.strip().splitlines()[:3]) or (
+        "the receiving side ended without a message (link cut or process killed)")
     detail: dict[str, object] = {"argv": list(argv), "bytes": bytes_sent}
     if "partially-complete state" in low:
         return PartialReceive(msg, detail=detail)

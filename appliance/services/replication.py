@@ -366,6 +366,12 @@ class ReplicationService:
             self.records.delete(name)
         self.ctx.scheduler.unregister(_task(name), forget=True)
 
+    def _close(self, endpoint: Endpoint) -> None:
+        try:
+            self.ssh.close(endpoint)
+        except ZdsError as exc:  # the connection times out by itself (ControlPersist)
+            log.warning("closing the connection to %s: %s", endpoint.describe(), exc.message)
+
     def _job_running(self, rec: ReplicationRecord) -> bool:
         if not rec.status.job_id:
             return False
@@ -501,7 +507,11 @@ class ReplicationService:
         self.records.set_status(name, status)
         t0 = time.monotonic()
         try:
-            result = self._replicate(rec, job, take=rec.spec.take_snapshot and not by_policy)
+            try:
+                result = self._replicate(rec, job,
+                                         take=rec.spec.take_snapshot and not by_policy)
+            finally:
+                self._close(rec.spec.target.endpoint)
         except (JobCancelled, TransferCancelled) as exc:
             kept = _bytes(exc.detail) if isinstance(exc, ZdsError) else 0
             self._finish(name, state="cancelled", last_finished=time.time(),
@@ -514,6 +524,13 @@ class ReplicationService:
                          failures=current.failures + 1,
                          last_error={"code": exc.code, "message": exc.message},
                          resumable_bytes=_bytes(exc.detail))
+            raise
+        except Exception as exc:  # a bug or an OS error: recorded, never left "running"
+            current = self._record(name).status
+            self._finish(name, state="failed", last_finished=time.time(),
+                         failures=current.failures + 1,
+                         last_error={"code": "internal", "message": f"{type(exc).__name__}: "
+                                                                    f"{exc}"})
             raise
         now = time.time()
         current = self._record(name).status
@@ -686,7 +703,10 @@ class ReplicationService:
         rec = self._record(name)
         spec = rec.spec
         ds = self.ctx.store.get_datastore(spec.datastore)
-        state = self.zsend.target_state(spec.target.endpoint, spec.target.dataset)
+        try:
+            state = self.zsend.target_state(spec.target.endpoint, spec.target.dataset)
+        finally:
+            self._close(spec.target.endpoint)
         next_step, in_sync = "nothing to send", False
         if ds is None:
             next_step = f"datastore {spec.datastore} is gone: nothing to send"

@@ -144,6 +144,9 @@ def test_full_then_incremental_run_keeps_the_replica_equal(pair: tuple[Box, Box]
     assert st.record.status.total_bytes == first["bytes"] + second["bytes"]
     assert st.lag is not None and st.lag < 60
     assert st.host_key == dst.ssh.host_keys()[0]  # pinned on first contact
+    # each run's shared SSH connection is closed after it (a revoked key stops the next)
+    rec = src.engine.replication.records.get("r1")
+    assert rec is not None and src.ssh.closed == [rec.spec.target.endpoint] * 2
 
 
 def test_cursor_holds_one_snapshot_and_prunes_its_own(pair: tuple[Box, Box]) -> None:
@@ -195,8 +198,8 @@ def test_interrupted_stream_resumes_instead_of_starting_over(pair: tuple[Box, Bo
     health = src.engine.system.health()
     assert health.status == "degraded" and "replication" in health.message
     # a first (full) stream cut short: the new dataset holds the partial state only
-    partial = dst.zfs.get_dataset(f"{PREFIX}/nfs01", ("receive_resume_token",))
-    assert partial is not None and partial.prop("receive_resume_token").startswith("1-")
+    inc = dst.engine.replication.get("r1").incoming
+    assert inc is not None and inc.resume_pending and inc.snapshots == 0
 
     result = ok(run(src))
     assert result["resumed"] and result["steps"][0].startswith("resume")
@@ -518,8 +521,9 @@ def test_promote_refusals(pair: tuple[Box, Box]) -> None:
     src.zsend.interrupt_after = 1
     src.zfs.write(src.engine.datastores.record("nfs01").spec.dataset, 10 * MiB)
     failed(run(src), "transfer_interrupted")
-    with pytest.raises(NotFound):  # a partial first stream is no replica yet
+    with pytest.raises(Conflict) as err:  # a partial first stream is nothing to serve
         dst.engine.replication.promote("r1", PromoteRequest())
+    assert "no complete snapshot" in err.value.message
     ok(run(src))
     src.zfs.write(src.engine.datastores.record("nfs01").spec.dataset, 20 * MiB)
     src.zsend.interrupt_after = 1

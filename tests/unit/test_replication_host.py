@@ -180,7 +180,11 @@ def test_ssh_command_line(tmp_path: Path) -> None:
                 "-p 2222", "-l root"):
         assert opt in joined
     assert ssh.argv(Endpoint(None), ["zfs", "list"]) == ["zfs", "list"]
+    assert f"ControlPath={tmp_path}/cm-%C" in joined and "KexAlgorithms=^curve25519-sha256" \
+        in joined
     assert runner.calls == []  # the key existed: no ssh-keygen
+    ssh.close(Endpoint("192.0.2.20", 2222))
+    assert runner.calls[-1][-3:] == ("-O", "exit", "192.0.2.20")
 
 
 def test_key_is_made_once(tmp_path: Path) -> None:
