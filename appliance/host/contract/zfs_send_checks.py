@@ -211,7 +211,7 @@ def check_streams(zfs: ZfsHost, zsend: ZfsSendHost, pool: str, write: Write) -> 
         _cut(zsend, SendSpec(snapshot=f"{src}@s6"), recv2, 1 * MiB)
         state = zsend.target_state(HERE, dst2)
         assert state.exists and state.resume_token and not state.snapshots, state
-        expect(PartialReceive, zsend.transfer, SendSpec(snapshot=f"{src}@s6"), HERE, recv2)
+        expect(Diverged, zsend.transfer, SendSpec(snapshot=f"{src}@s6"), HERE, recv2)
         zsend.abort_partial(HERE, dst2)
         assert not zsend.target_state(HERE, dst2).exists
 

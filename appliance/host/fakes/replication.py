@@ -311,11 +311,7 @@ class FakeZfsSend:
         name = receive.dataset
         ds = tz._find(name)
         if stream.base_guid == 0:
-            if ds is not None:
-                if ds.partial is not None:
-                    raise PartialReceive(f"cannot receive new filesystem stream: destination "
-                                         f"{name} contains partially-complete state from "
-                                         "\"zfs receive -s\".")
+            if ds is not None:  # even when it only holds a partial full receive
                 raise Diverged(f"cannot receive new filesystem stream: destination '{name}' "
                                "exists\nmust specify -F to overwrite it")
             parent = name.rsplit("/", 1)[0]
