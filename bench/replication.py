@@ -4,11 +4,11 @@ and the time of an incremental run after a 1% change, inside one booted applianc
     flock /tmp/zds-vm.lock python -m bench.replication [--size 256] [--rounds 3]
 
 Boots the appliance image of this checkout (built or reused like the e2e suite does),
-makes a second pool ``tank2`` on a sparse file, authorizes the appliance's own key for
-``tank2/replicas`` and an NFS datastore filled with ``--size`` MiB of random data in the
+makes a second pool ``zdsbench`` on a sparse file, authorizes the appliance's own key for
+``zdsbench/replicas`` and an NFS datastore filled with ``--size`` MiB of random data in the
 guest. Each round then times, interleaved on the same snapshot:
 
-  local  ``zfs send -L -c -e -p DS@b1 | zfs receive -s -u tank2/local`` in the guest
+  local  ``zfs send -L -c -e -p DS@b1 | zfs receive -s -u zdsbench/local`` in the guest
   zds    a replication run through the API: SSH to 127.0.0.1, the receive gate, the
          spliced pump, the target queries and the cursor (hold + bookmark)
 
@@ -65,15 +65,15 @@ class Bench:
 
     def setup(self, size_mib: int) -> None:
         pools = {p["name"] for p in self.call("GET", "/pools")}
-        if "tank2" not in pools:
+        if "zdsbench" not in pools:
             job = self.call("POST", "/pools", params={"wait": 300}, json={
-                "name": "tank2", "sparse_files": {"count": 1, "size": "4G", "type": "disk"}})
+                "name": "zdsbench", "sparse_files": {"count": 1, "size": "4G", "type": "disk"}})
             assert job["state"] == "succeeded", job
         self.sh("for i in $(seq 120); do systemctl is-active -q ssh && exit 0; sleep 1; done; "
                 "exit 1")
         key = self.call("GET", "/replication/identity")["public_key"]
         self.call("PUT", "/replication/authorized-keys/bench", json={
-            "public_key": key, "dataset_prefix": "tank2/replicas"})
+            "public_key": key, "dataset_prefix": "zdsbench/replicas"})
         if not any(d["name"] == DS for d in self.call("GET", "/datastores")):
             self.call("PUT", f"/datastores/{DS}", json={"protocol": "nfs3", "size": "8G"})
         self.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={size_mib} "
@@ -81,7 +81,7 @@ class Bench:
         self.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b1"})
         self.call("PUT", "/replications/bench", json={
             "datastore": DS, "take_snapshot": False,
-            "target": {"host": "127.0.0.1", "dataset": f"tank2/replicas/{DS}"}})
+            "target": {"host": "127.0.0.1", "dataset": f"zdsbench/replicas/{DS}"}})
 
     def replicate(self) -> tuple[float, dict[str, Any]]:
         t0 = time.monotonic()
@@ -92,37 +92,39 @@ class Bench:
         return seconds, job["result"]
 
     def forget_replica(self) -> None:
-        self.sh(f"zfs destroy -r tank2/replicas/{DS}")
+        self.sh(f"zfs destroy -r zdsbench/replicas/{DS}")
 
     def cleanup(self) -> None:
         self.call("DELETE", "/replications/bench")
         self.call("DELETE", f"/datastores/{DS}", params={"wait": 300, "force": True})
         self.call("DELETE", "/replication/authorized-keys/bench")
-        self.sh("zfs destroy -r tank2/local 2>/dev/null; zfs destroy -r tank2/replicas "
+        self.sh("zfs destroy -r zdsbench/local 2>/dev/null; zfs destroy -r zdsbench/replicas "
                 "2>/dev/null; true")
 
 
 def measure(bench: Bench, size_mib: int, rounds: int) -> str:
     bench.setup(size_mib)
     send = f"zfs send -L -c -e -p {DATASET}@b1"
-    local, zds = [], []
+    local, zds, stream = [], [], []
     for _ in range(rounds):
-        local.append(bench.timed(f"{send} | zfs receive -s -u tank2/local"))
-        bench.sh("zfs destroy -r tank2/local")
+        local.append(bench.timed(f"{send} | zfs receive -s -u zdsbench/local"))
+        bench.sh("zfs destroy -r zdsbench/local")
         seconds, result = bench.replicate()
         zds.append(seconds)
+        stream.append(float(result["transfer_seconds"]))
         bench.forget_replica()
     nbytes = int(result["bytes"])
     ratios = [loc / z for loc, z in zip(local, zds, strict=True)]
+    stream_ratios = [loc / z for loc, z in zip(local, stream, strict=True)]
     # the last replica stays for the incremental
     bench.replicate()
-    bench.timed(f"{send} | zfs receive -s -u tank2/local")
+    bench.timed(f"{send} | zfs receive -s -u zdsbench/local")
     change = max(1, size_mib // 100)
     bench.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={change} "
              f"seek={size_mib // 2} conv=notrunc status=none && sync")
     bench.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b2"})
     t_local_incr = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b1 {DATASET}@b2 | "
-                               "zfs receive -s -u tank2/local")
+                               "zfs receive -s -u zdsbench/local")
     t_incr, incr = bench.replicate()
     bench.cleanup()
 
@@ -137,11 +139,14 @@ def measure(bench: Bench, size_mib: int, rounds: int) -> str:
         f"{mbs(statistics.median(local)):8.1f} {1.0:6.2f}",
         f"{'zds replication run over ssh (full)':<44} {statistics.median(zds):8.2f} "
         f"{mbs(statistics.median(zds)):8.1f} {statistics.median(ratios):6.2f}",
+        f"{'  of which the stream (send | ssh | receive)':<44} "
+        f"{statistics.median(stream):8.2f} {mbs(statistics.median(stream)):8.1f} "
+        f"{statistics.median(stream_ratios):6.2f}",
         f"{'local zfs send -I | receive (1% change)':<44} {t_local_incr:8.2f}",
         f"{'zds replication run (1% change)':<44} {t_incr:8.2f}"
         f"  ({incr['bytes'] / MiB:.1f} MiB sent)",
         f"rounds: local {[round(x, 2) for x in local]}, zds {[round(x, 2) for x in zds]}, "
-        f"stream {nbytes} bytes",
+        f"stream {[round(x, 2) for x in stream]}; {nbytes} bytes per full stream",
     ]
     return "\n".join(lines)
 

@@ -579,7 +579,7 @@ class ReplicationService:
                                              "zds:created_at": str(int(time.time()))})
         receive = self._receive_spec(spec, ds, info)
         steps: builtins.list[str] = []
-        sent = 0
+        sent, moved = 0, 0.0
         state: TargetState | None = None
         source: builtins.list[SnapRef] = []
         for _ in range(MAX_STEPS):
@@ -622,6 +622,7 @@ class ReplicationService:
             except PartialReceive:
                 continue  # appeared since we looked: the next plan resumes it
             sent += stats.bytes
+            moved += stats.seconds
             steps.append(f"{step.kind}: {step.send.describe()} ({stats.bytes} bytes)")
         else:
             raise Unavailable(f"replication {spec.name} did not reach the newest snapshot in "
@@ -631,7 +632,8 @@ class ReplicationService:
         self._set_cursor(spec.name, dataset, source, newest)
         return {"bytes": sent, "steps": steps, "snapshot": newest.short,
                 "snapshot_created": newest.creation, "target": spec.target.dataset,
-                "resumed": any(s.startswith("resume") for s in steps)}
+                "resumed": any(s.startswith("resume") for s in steps),
+                "transfer_seconds": round(moved, 3)}
 
     def _receive_spec(self, spec: ReplicationSpec, ds: DatastoreRecord,
                       info: DatasetInfo) -> ReceiveSpec:

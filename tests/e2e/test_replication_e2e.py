@@ -9,6 +9,7 @@ iSCSI. The tests run in order and share the booted appliance (tests/e2e/conftest
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -328,3 +329,18 @@ def test_8_zfs_contract_with_send_checks_on_the_real_stack(appliance: E2EApplian
                           timeout=1200)
     assert "FAIL" not in out and "ok   send.streams" in out, out
     print("\n" + "\n".join(line for line in out.splitlines() if line.startswith(("ok", "FAIL"))))
+
+
+@pytest.mark.skipif(not os.environ.get("ZDS_E2E_BENCH"),
+                    reason="a measurement, not a test: set ZDS_E2E_BENCH=1 to print the table")
+def test_9_bench_replication_vs_local_send_receive(appliance: E2EAppliance) -> None:
+    """bench/replication.py in this appliance; the table goes to $ZDS_E2E_BENCH_OUT
+    (default /tmp/zds-replication-bench.txt)."""
+    from bench.replication import Bench, measure
+
+    table = measure(Bench(appliance.exec, appliance.api_url, appliance.admin_token),
+                    int(os.environ.get("ZDS_E2E_BENCH_SIZE", "128")),
+                    int(os.environ.get("ZDS_E2E_BENCH_ROUNDS", "3")))
+    print("\n" + table)
+    Path(os.environ.get("ZDS_E2E_BENCH_OUT", "/tmp/zds-replication-bench.txt")).write_text(
+        table + "\n")
