@@ -3,7 +3,7 @@ conversion from and to the engine's views."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -272,7 +272,3 @@ def identity_out(v: Identity) -> IdentityOut:
 def key_out(k: AuthorizedKey) -> AuthorizedKeyOut:
     return AuthorizedKeyOut(name=k.name, public_key=k.public_key, dataset_prefix=k.prefix,
                             sources=list(k.sources))
-
-
-def as_dict(model: BaseModel) -> dict[str, Any]:
-    return model.model_dump()
