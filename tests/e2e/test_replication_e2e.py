@@ -157,10 +157,10 @@ def test_2_nfs_full_then_incremental(appliance: E2EAppliance, api: httpx.Client)
     assert st["state"] == "ok" and st["runs"] == 2 and st["lag_seconds"] < 600, st
     assert st["total_bytes"] == full["bytes"] + incr["bytes"]
     # the cursor: one held snapshot of the replication's own, and its bookmark
-    holds = appliance.check("zfs holds -H $(zfs list -H -o name -t snapshot "
+    holds = appliance.check("zfs holds -H $(zfs list -H -o name -t snapshot -d 1 "
                             "tank/datastores/rnfs)")
     assert holds.count("zds-repl:r-nfs") == 1, holds
-    assert "#zds-repl-r-nfs-" in appliance.check("zfs list -H -o name -t bookmark "
+    assert "#zds-repl-r-nfs-" in appliance.check("zfs list -H -o name -t bookmark -d 1 "
                                                  "tank/datastores/rnfs")
     state["nfs_sha"] = want
     print(f"\n[e2e] nfs: full {full['bytes']} B in {t_full:.1f} s, incremental "
