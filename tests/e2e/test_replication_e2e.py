@@ -322,15 +322,6 @@ def test_7_cleanup(appliance: E2EAppliance, api: httpx.Client) -> None:
     assert [p["name"] for p in ok(api.get("/pools"))] == ["tank"]
 
 
-def test_8_zfs_contract_with_send_checks_on_the_real_stack(appliance: E2EAppliance) -> None:
-    """The real ZFS adapters (zfs send/receive, holds, bookmarks included) pass the checks
-    their fakes pass in the unit tests."""
-    out = appliance.check("/opt/zds/venv/bin/python -m appliance.host.contract --zfs",
-                          timeout=1200)
-    assert "FAIL" not in out and "ok   send.streams" in out, out
-    print("\n" + "\n".join(line for line in out.splitlines() if line.startswith(("ok", "FAIL"))))
-
-
 @pytest.mark.skipif(not os.environ.get("ZDS_E2E_BENCH"),
                     reason="a measurement, not a test: set ZDS_E2E_BENCH=1 to print the table")
 def test_9_bench_replication_vs_local_send_receive(appliance: E2EAppliance) -> None:
