@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.replication import FakeSsh, FakeZfsSend
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
+from appliance.host.iostats import IoStatsHost
 from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import LioHost
 from appliance.host.local import FakeLocalHost, LocalHost
@@ -57,6 +59,7 @@ class HostAdapters:
     probes: ProbeHosts | None = None
     ssh: SshHost | None = None  # replication: keys, pinned host keys, authorized sources
     zfs_send: ZfsSendHost | None = None  # replication: holds, bookmarks, send | receive
+    iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
 
 
 def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
@@ -80,6 +83,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
                runner: Runner | None = None) -> HostAdapters:
     """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
     from appliance.host.ganesha import Ganesha
+    from appliance.host.iostats import IoStats
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
@@ -100,6 +104,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         probes=real_probe_hosts(runner),
         ssh=ssh,
         zfs_send=ZfsSend(runner, ssh),
+        iostats=IoStats(runner, ganesha_dbus_address),
     )
 
 
@@ -116,6 +121,7 @@ class FakeHosts:
     mounter: FakeMounter = field(default_factory=FakeMounter)
     initiator: FakeInitiator = field(default_factory=FakeInitiator)
     devfs: FakeDevFs | None = None
+    iostats: FakeIoStats | None = None
     ssh: FakeSsh | None = None  # made in __post_init__ (joined to no network)
     zfs_send: FakeZfsSend | None = None
 
@@ -129,7 +135,7 @@ class FakeHosts:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
                                        initiator=self.initiator, devfs=self.devfs),
-                            ssh=self.ssh, zfs_send=self.zfs_send)
+                            ssh=self.ssh, zfs_send=self.zfs_send, iostats=self.iostats)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
@@ -140,5 +146,7 @@ def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
            if pool else FakeZfs())
     for path, size in (disks or {}).items():
         zfs.add_disk(path, size)
-    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=FakeGanesha(),
-                     local=FakeLocalHost(devices=set(disks or {}), name=hostname))
+    ganesha = FakeGanesha()
+    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=ganesha,
+                     local=FakeLocalHost(devices=set(disks or {}), name=hostname),
+                     iostats=FakeIoStats(ganesha, zfs))
