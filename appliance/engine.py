@@ -25,6 +25,7 @@ from appliance.reconciler import Reconciler
 from appliance.services.datastores import DatastoreService
 from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
+from appliance.services.replication import ReplicationService
 from appliance.services.snapshots import SnapshotService
 from appliance.services.system import SystemService
 from appliance.services.tokens import TokenService
@@ -50,6 +51,10 @@ class Engine:
         self.tokens = TokenService(ctx.store)
         self.probes = probe_service.build(ctx, ctx.hosts.probes)
         self.metrics = metrics_service.build(ctx, ctx.hosts.iostats, self.probes)
+        # replication: a replicated datastore is not deleted, health shows failed/late runs
+        self.replication = ReplicationService(ctx, self.datastores, self.reconciler)
+        self.datastores.delete_guards.append(self.replication.guard_delete)
+        self.system.components["replication"] = self.replication.health
         self.watcher = Watcher(
             self.reconciler, lambda: self.datastores.finish_interrupted(("deleting",)),
             ctx.settings.health_interval, ctx.settings.reconcile_interval)
@@ -91,6 +96,7 @@ class Engine:
             log.warning("%d jobs were interrupted by a restart and marked failed", interrupted)
         t0 = time.monotonic()
         with ctx.lock.hold("start-up", timeout=START_LOCK_WAIT):
+            self.replication.start()
             if ctx.zfs.available():
                 adopt(ctx, self.pools.imported())
                 self.datastores.finish_interrupted()

@@ -12,6 +12,7 @@ from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
+from appliance.host.fakes.replication import FakeSsh, FakeZfsSend
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
@@ -23,8 +24,10 @@ from appliance.host.localfs import DeviceFs
 from appliance.host.net import Iperf3
 from appliance.host.nfsclient import NfsMounter
 from appliance.host.run import Runner
+from appliance.host.ssh import SshHost
 from appliance.host.sysstat import SysStats
 from appliance.host.zfs import ZfsHost
+from appliance.host.zfs_send import ZfsSendHost
 
 # Properties every pool's root file system gets (VM-tuned; ganesha needs posixacl).
 ROOT_FS_PROPERTIES = {"compression": "lz4", "atime": "off", "xattr": "sa",
@@ -54,6 +57,8 @@ class HostAdapters:
     ganesha: GaneshaHost
     local: LocalHost
     probes: ProbeHosts | None = None
+    ssh: SshHost | None = None  # replication: keys, pinned host keys, authorized sources
+    zfs_send: ZfsSendHost | None = None  # replication: holds, bookmarks, send | receive
     iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
 
 
@@ -82,17 +87,23 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
+    from appliance.host.ssh import OpenSsh
     from appliance.host.zfs import Zfs
+    from appliance.host.zfs_send import ZfsSend
 
     runner = runner or SubprocessRunner()
+    local = RealLocalHost(runner)
+    ssh = OpenSsh(runner, state_dir / "replication", hostname=local.hostname())
     return HostAdapters(
         # demo/test pools on sparse files live in <state>/pools/<pool>/: import
         # searches there too, besides the disks
         zfs=Zfs(runner, import_dirs=(str(state_dir / "pools" / "*"),)),
         lio=Lio(),
         ganesha=Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address),
-        local=RealLocalHost(runner),
+        local=local,
         probes=real_probe_hosts(runner),
+        ssh=ssh,
+        zfs_send=ZfsSend(runner, ssh),
         iostats=IoStats(runner, ganesha_dbus_address),
     )
 
@@ -111,12 +122,20 @@ class FakeHosts:
     initiator: FakeInitiator = field(default_factory=FakeInitiator)
     devfs: FakeDevFs | None = None
     iostats: FakeIoStats | None = None
+    ssh: FakeSsh | None = None  # made in __post_init__ (joined to no network)
+    zfs_send: FakeZfsSend | None = None
+
+    def __post_init__(self) -> None:
+        if self.ssh is None:
+            self.ssh = FakeSsh(self.zfs, name=self.local.name)
+        if self.zfs_send is None:
+            self.zfs_send = FakeZfsSend(self.zfs, self.ssh)
 
     def adapters(self) -> HostAdapters:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
                                        initiator=self.initiator, devfs=self.devfs),
-                            iostats=self.iostats)
+                            ssh=self.ssh, zfs_send=self.zfs_send, iostats=self.iostats)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,

@@ -312,6 +312,8 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   cannot destroy 'tank/fs': filesystem has children
 #   use '-r' to destroy the following datasets:
 #   cannot destroy 'tank/fs@s': snapshot has dependent clones
+#   cannot destroy snapshot tank/fs@s: it's being held. Run 'zfs holds -r tank/fs@s' to see
+#   cannot create bookmark 'tank/fs#b': bookmark exists
 #   cannot rollback to 'tank/fs@s1': more recent snapshots or bookmarks exist
 #   cannot create 'tank/v': out of space
 #   cannot set property for 'tank/v': size is greater than available space
@@ -337,7 +339,8 @@ _CONFLICT = ("already exists", "is part of", "is in use", "contains a filesystem
              "no valid replicas", "only applicable to mirror", "can only attach to mirrors",
              "already in replacing", "device is too small", "devices have different sector",
              "is read-only", "has active shared spare", "in use from another system",
-             "accessed by another system")
+             "accessed by another system", "being held", "bookmark exists",
+             "tag already exists", "partially-complete state")
 _NOT_FOUND = ("does not exist", "no such pool", "no such device", "no such file",
               "cannot resolve path", "could not find any snapshots", "not found",
               "no pools available", "currently unavailable")

@@ -8,6 +8,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -105,6 +106,8 @@ class DatastoreService:
         self.ctx = ctx
         self.reconciler = reconciler
         self.pools = pools
+        # checks a delete must pass (raise to refuse), e.g. "replicated elsewhere"
+        self.delete_guards: builtins.list[Callable[[DatastoreRecord], None]] = []
 
     # --- reading (no lock; the same host calls for any number of datastores) --------
 
@@ -509,6 +512,8 @@ class DatastoreService:
     def delete(self, name: str, force: bool = False) -> Job:
         with self.ctx.lock.hold(f"DELETE datastore {name}"):
             rec = self.record(name)
+            for guard in self.delete_guards:
+                guard(rec)
             clones = self.dependent_clones(rec)
             if clones:
                 raise Conflict(f"datastores {', '.join(clones)} were cloned from snapshots of "

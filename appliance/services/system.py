@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from appliance import __version__
@@ -41,6 +42,8 @@ class SystemService:
     def __init__(self, ctx: Context, reconciler: Reconciler) -> None:
         self.ctx = ctx
         self.reconciler = reconciler
+        # more components health reports, answered from records (no host call)
+        self.components: dict[str, Callable[[], ComponentHealth]] = {}
 
     def version(self) -> dict[str, str]:
         return {"zds": __version__, **self.ctx.local.versions()}
@@ -99,8 +102,14 @@ class SystemService:
             if age > stale:
                 messages.append(f"the last check is {age:.0f} s old (the watcher is busy "
                                 f"with {self.ctx.lock.holder or 'something'})")
-            status = "degraded" if (problems or full or down or not in_sync or age > stale) \
-                else "ok"
+            extra_down = []
+            for cname, check in self.components.items():
+                comps[cname] = check()
+                if not comps[cname].ok:
+                    extra_down.append(cname)
+                    messages.append(f"{cname}: {comps[cname].detail}")
+            status = "degraded" if (problems or full or down or extra_down or not in_sync
+                                    or age > stale) else "ok"
         return Health(status, comps, in_sync, drift, st.checked_at, round(age, 1),
                       st.started_at, list(st.pool_problems), list(st.fill_alerts),
                       "; ".join(messages))

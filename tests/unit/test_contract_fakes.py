@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import Unavailable
-from appliance.host.contract import lio_checks, zfs_checks
+from appliance.host.contract import lio_checks, zfs_checks, zfs_send_checks
 from appliance.host.fakes.lio import FakeLio
+from appliance.host.fakes.replication import FakeSsh, FakeZfsSend
 from appliance.host.fakes.zfs import FakeZfs
 from appliance.host.zfs import PoolLayout, VdevSpec
 
@@ -123,3 +124,42 @@ def test_fakes_and_real_adapters_satisfy_the_protocols() -> None:
     hosts: list[ZfsHost] = [FakeZfs(), Zfs(RecordingRunner())]
     lios: list[LioHost] = [FakeLio(), Lio()]
     assert len(hosts) == len(lios) == 2
+
+
+# --- replication: zfs send/receive, holds, bookmarks (fakes.replication) ---------------
+
+@pytest.fixture
+def send_env() -> tuple[FakeZfs, FakeZfsSend]:
+    fake = FakeZfs(disks={DISKS[3]: 512 * MiB, DISKS[2]: 64 * MiB})
+    fake.create_pool("ctpool", PoolLayout(data=(VdevSpec("disk", (DISKS[3],)),)), {}, {})
+    fake.create_pool("cttiny", PoolLayout(data=(VdevSpec("disk", (DISKS[2],)),)), {}, {})
+    return fake, FakeZfsSend(fake, FakeSsh(fake))
+
+
+def fake_writer(fake: FakeZfs) -> zfs_send_checks.Write:
+    def write(dataset: str, nbytes: int) -> None:
+        info = fake.get_dataset(dataset, ("referenced",))
+        assert info is not None
+        fake.write(dataset, info.int_prop("referenced") + nbytes, changed=nbytes)
+    return write
+
+
+def test_send_cursor(send_env: tuple[FakeZfs, FakeZfsSend]) -> None:
+    zfs_send_checks.check_cursor(send_env[0], send_env[1], "ctpool")
+
+
+def test_send_streams(send_env: tuple[FakeZfs, FakeZfsSend]) -> None:
+    fake, zsend = send_env
+    zfs_send_checks.check_streams(fake, zsend, "ctpool", fake_writer(fake))
+
+
+def test_send_full_target(send_env: tuple[FakeZfs, FakeZfsSend]) -> None:
+    fake, zsend = send_env
+    zfs_send_checks.check_full_target(fake, zsend, "ctpool", "cttiny", fake_writer(fake))
+
+
+def test_send_run_all_cleans_up(send_env: tuple[FakeZfs, FakeZfsSend]) -> None:
+    fake, zsend = send_env
+    assert zfs_send_checks.run_all(fake, zsend, "ctpool", "cttiny", fake_writer(fake)) == [
+        "cursor", "streams", "full_target"]
+    assert sorted(fake.iter_names()) == ["ctpool", "cttiny"]

@@ -20,5 +20,6 @@ def test_published_openapi_document_is_current() -> None:
 def test_published_document_lists_every_resource() -> None:
     paths = json.loads(DOC.read_text())["paths"]
     for prefix in ("/api/v1/pools", "/api/v1/datastores", "/api/v1/initiator-groups",
-                   "/api/v1/jobs", "/api/v1/system/health", "/api/v1/probes"):
+                   "/api/v1/jobs", "/api/v1/system/health", "/api/v1/probes",
+                   "/api/v1/replications", "/api/v1/replication/identity"):
         assert any(p.startswith(prefix) for p in paths), prefix

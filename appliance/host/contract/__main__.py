@@ -7,8 +7,10 @@ Without ``--zfs-pool-disks`` it makes five sparse 512 MiB files in ``--workdir``
 builds its scratch pools (``zdsct`` for the pool checks, ``zdsctdev`` for the device
 checks, ``zdsctds`` for datasets) on them; everything is destroyed at the end. With four
 given disks the device checks (which need four unused ones) are left out. ``--lio``
-exports two sparse zvols of the scratch pool through LIO. Prints one line per check;
-exit status 0 only if all pass.
+exports two sparse zvols of the scratch pool through LIO. ``--send`` (part of ``--zfs``)
+checks replication's ``zfs send | zfs receive`` adapter on the scratch pool, with a
+64 MiB pool on a further file as the full target. Prints one line per check; exit status
+0 only if all pass.
 """
 
 from __future__ import annotations
@@ -22,26 +24,32 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from appliance.host.contract import lio_checks, zfs_checks
+from appliance.host.contract import lio_checks, zfs_checks, zfs_send_checks
 from appliance.host.lio import Lio
 from appliance.host.run import SubprocessRunner
-from appliance.host.zfs import PoolLayout, VdevSpec, Zfs
+from appliance.host.ssh import OpenSsh
+from appliance.host.zfs import PoolLayout, VdevSpec, Zfs, ZfsHost
+from appliance.host.zfs_send import ZfsSend
 
 MiB = 1 << 20
 DS_POOL = "zdsctds"
+TINY_POOL = "zdsctrx"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m appliance.host.contract")
     ap.add_argument("--zfs", action="store_true", help="run the ZFS checks (default)")
     ap.add_argument("--lio", action="store_true", help="also run the LIO checks")
+    ap.add_argument("--send", action="store_true",
+                    help="only the zfs send/receive checks (--zfs includes them)")
     ap.add_argument("--zfs-pool-disks", nargs=4, metavar="DISK",
                     help="four unused equal-size disks instead of sparse files")
     ap.add_argument("--workdir", default="/var/tmp/zds-contract")
     ap.add_argument("--file-size", type=int, default=512 * MiB)
     ap.add_argument("--json", action="store_true", help="print a JSON summary at the end")
     args = ap.parse_args(argv)
-    run_zfs = args.zfs or not args.lio
+    run_zfs = args.zfs or not (args.lio or args.send)
+    run_send = run_zfs or args.send
 
     workdir = Path(args.workdir)
     if args.zfs_pool_disks:
@@ -91,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
                 run("zfs.volumes", lambda: zfs_checks.check_volumes(
                     zfs, DS_POOL, os.path.exists))
                 run("zfs.snapshots", lambda: zfs_checks.check_snapshots(zfs, DS_POOL))
+        if run_send and ds_pool_ready:
+            _run_send(zfs, workdir, run)
         if args.lio and ds_pool_ready:
             _run_lio(zfs, run)
     finally:
@@ -108,6 +118,53 @@ def main(argv: list[str] | None = None) -> int:
             for d in disks:
                 Path(d).unlink(missing_ok=True)
     return _finish(results, args.json)
+
+
+def random_writer(zfs: ZfsHost) -> zfs_send_checks.Write:
+    """Writes incompressible bytes into a new file in a filesystem's mountpoint."""
+    counter = [0]
+
+    def write(dataset: str, nbytes: int) -> None:
+        info = zfs.get_dataset(dataset, ("mountpoint",))
+        assert info is not None and info.prop("mountpoint").startswith("/"), dataset
+        counter[0] += 1
+        path = Path(info.prop("mountpoint")) / f"data{counter[0]}.bin"
+        with open(path, "wb") as f:
+            left = nbytes
+            while left > 0:
+                chunk = min(left, 1 << 20)
+                f.write(os.urandom(chunk))
+                left -= chunk
+            f.flush()
+            os.fsync(f.fileno())
+
+    return write
+
+
+def _run_send(zfs: Zfs, workdir: Path, run: Callable[[str, Callable[[], object]], bool]
+              ) -> None:
+    runner = SubprocessRunner()
+    zsend = ZfsSend(runner, OpenSsh(runner, workdir / "ssh"))
+    tiny = workdir / "tiny.img"
+    workdir.mkdir(parents=True, exist_ok=True)
+    with open(tiny, "wb") as f:
+        f.truncate(64 * MiB)
+    made = run("send.tiny_pool", lambda: zfs.create_pool(
+        TINY_POOL, PoolLayout(data=(VdevSpec("disk", (str(tiny),)),)), {}, {}))
+    try:
+        write = random_writer(zfs)
+        run("send.cursor", lambda: zfs_send_checks.check_cursor(zfs, zsend, DS_POOL))
+        run("send.streams", lambda: zfs_send_checks.check_streams(zfs, zsend, DS_POOL, write))
+        if made:
+            run("send.full_target", lambda: zfs_send_checks.check_full_target(
+                zfs, zsend, DS_POOL, TINY_POOL, write))
+    finally:
+        if made:
+            try:
+                zfs.destroy_pool(TINY_POOL)
+            except Exception as exc:
+                print(f"cleanup: destroying {TINY_POOL} failed: {exc!r}", flush=True)
+        tiny.unlink(missing_ok=True)
 
 
 def _run_lio(zfs: Zfs, run: Callable[[str, Callable[[], object]], bool]) -> None:

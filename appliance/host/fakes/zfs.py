@@ -19,6 +19,7 @@ marks devices as held open (``zfs destroy`` of a held zvol -> ``Conflict`` "busy
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -81,6 +82,8 @@ _VOL_ONLY = {"volsize", "volblocksize", "volmode"}
 _POOL_PROPS = {"ashift", "autotrim", "autoexpand", "autoreplace", "failmode", "comment",
                "cachefile", "altroot", "listsnapshots", "multihost", "delegation"}
 DEFAULT_VOLBLOCKSIZE = 16 * 1024
+# each fake draws guids of its own (two appliances' snapshots never share one by chance)
+_SEEDS = itertools.count(7)
 
 
 def _parse_size(key: str, value: str) -> int:
@@ -115,6 +118,9 @@ class _Snap:
     referenced: int
     user: dict[str, str] = field(default_factory=dict)
     volsize: str = "-"  # a volume's size when the snapshot was taken (as in ZFS)
+    written: int = 0  # bytes changed since the previous snapshot (an incremental's size)
+    content: str = ""  # what the data was (tests compare replicas with it)
+    holds: set[str] = field(default_factory=set)  # zfs hold tags: destroy is refused
 
 
 @dataclass
@@ -129,6 +135,10 @@ class _Ds:
     data: int = 0  # bytes written (referenced)
     origin: str | None = None  # "pool/ds@snap" for clones
     snaps: list[_Snap] = field(default_factory=list)
+    written: int = 0  # bytes changed since the newest snapshot
+    content: str = ""  # a tag for the data now (FakeZfs.write sets it)
+    bookmarks: list[_Snap] = field(default_factory=list)  # name, guid, txg of the snapshot
+    partial: object | None = None  # a resumable partial receive (fakes.replication)
 
 
 @dataclass
@@ -178,12 +188,12 @@ class FakeZfs:
     """In-memory pools, datasets, volumes, snapshots and clones."""
 
     def __init__(self, disks: Mapping[str, int] | None = None, *,
-                 clock: Callable[[], float] = time.time, seed: int = 7) -> None:
+                 clock: Callable[[], float] = time.time, seed: int | None = None) -> None:
         self.disks: dict[str, int] = dict(disks or {})
         self.down = False
         self._pools: dict[str, _Pool] = {}
         self._clock = clock
-        self._rng = random.Random(seed)
+        self._rng = random.Random(next(_SEEDS) if seed is None else seed)
         self._txg = 1
         self._holders: list[Callable[[str], bool]] = []
         self.existing_devices: set[str] = set()  # zvol nodes udev "created"
@@ -203,13 +213,18 @@ class FakeZfs:
     def add_disk(self, path: str, size: int) -> None:
         self.disks[path] = size
 
-    def write(self, name: str, nbytes: int) -> None:
-        """Pretend ``nbytes`` are now referenced by dataset/volume ``name``."""
+    def write(self, name: str, nbytes: int, changed: int | None = None,
+              content: str | None = None) -> None:
+        """Pretend ``nbytes`` are now referenced by dataset/volume ``name``, of which
+        ``changed`` (default: the growth, at least 1) were written since the last
+        snapshot; ``content`` tags the new data (default: a new generation)."""
         ds = self._ds(name)
         extra = max(0, nbytes - max(ds.data, self._refres(ds)))
         if extra > self._pool_avail(self._pool_of(name)):
             raise InsufficientSpace(f"cannot write to '{name}': out of space")
+        ds.written += changed if changed is not None else max(1, nbytes - ds.data)
         ds.data = nbytes
+        ds.content = content or f"{name}:{self._next_txg()}"
 
     def add_holder(self, holds: Callable[[str], bool]) -> None:
         """``holds(device_path)`` -> True while something (LIO) keeps the device open."""
@@ -743,13 +758,14 @@ class FakeZfs:
             "used": str(used),
             "available": str(avail),
             "referenced": str(ds.data),
-            "written": str(ds.data),
+            "written": str(ds.written if ds.snaps else ds.data),
             "logicalused": str(used),
             "usedbydataset": str(ds.data),
             "usedbychildren": str(used - self._charge(ds)),
             "usedbysnapshots": "0",
             "usedbyrefreservation": str(max(0, refres - ds.data)),
             "compressratio": "1.00",
+            "receive_resume_token": str(getattr(ds.partial, "token", "-")),
             "reservation": ds.local.get("reservation", "0"),
             "refreservation": str(refres),
         }
@@ -780,7 +796,7 @@ class FakeZfs:
         props = {
             "type": "snapshot", "creation": str(s.created), "createtxg": str(s.txg),
             "guid": str(s.guid), "used": "0", "available": "-",
-            "referenced": str(s.referenced), "written": str(s.referenced),
+            "referenced": str(s.referenced), "written": str(s.written),
             "origin": "-", "mountpoint": "-", "mounted": "-",
             "volsize": s.volsize,
             "clones": ",".join(self._clones_of(pool, f"{ds.name}@{s.name}")) or "-",
@@ -864,6 +880,14 @@ class FakeZfs:
 
     def destroy(self, name: str, recursive: bool = False) -> None:
         self._up()
+        if "#" in name:
+            dsname, _, mark = name.partition("#")
+            found = self._find(dsname)
+            bm = next((b for b in found.bookmarks if b.name == mark), None) if found else None
+            if found is None or bm is None:
+                raise NotFound(f"cannot destroy '{name}': bookmark does not exist")
+            found.bookmarks.remove(bm)
+            return
         if "@" in name:
             ds, snap = self._snap(name)
             pool = self._pool_of(name)
@@ -871,6 +895,9 @@ class FakeZfs:
             if clones:
                 raise Conflict(f"cannot destroy '{name}': snapshot has dependent clones "
                                f"({', '.join(clones)})")
+            if snap.holds:
+                raise Conflict(f"cannot destroy snapshot {name}: it's being held. Run "
+                               f"'zfs holds -r {name}' to see holders.")
             ds.snaps.remove(snap)
             return
         ds = self._ds(name)
@@ -893,6 +920,10 @@ class FakeZfs:
                                    f"({', '.join(outside)})")
             if self._held(d):
                 raise Conflict(f"cannot destroy '{d.name}': dataset is busy")
+            for s in d.snaps:
+                if s.holds:
+                    raise Conflict(f"cannot destroy snapshot {d.name}@{s.name}: it's "
+                                   "being held. Run 'zfs holds -r' to see holders.")
         for d in subtree:
             del pool.datasets[d.name]
             self.existing_devices.discard(self.zvol_device(d.name))
@@ -910,7 +941,10 @@ class FakeZfs:
                 raise InvalidInput(f"cannot create snapshot '{dataset}@{snapname}': "
                                    f"property '{key}' can not be set for snapshots")
         ds.snaps.append(_Snap(snapname, self._guid(), self._now(), self._next_txg(), ds.data,
-                              props, ds.local.get("volsize", "-")))
+                              props, ds.local.get("volsize", "-"),
+                              written=ds.written if ds.snaps else ds.data,
+                              content=ds.content))
+        ds.written = 0
 
     def list_snapshots(self, dataset: str) -> list[DatasetInfo]:
         self._up()
@@ -932,8 +966,13 @@ class FakeZfs:
                 raise Conflict(f"cannot rollback to '{snapshot}': clones of newer snapshots "
                                f"exist ({', '.join(clones)})")
         for s in newer:
+            if s.holds:
+                raise Conflict(f"cannot rollback to '{snapshot}': snapshot {s.name} is held")
+        for s in newer:
             ds.snaps.remove(s)
         ds.data = snap.referenced
+        ds.content = snap.content
+        ds.written = 0
         if snap.volsize != "-":  # a volume's size is part of the snapshot
             ds.local["volsize"] = snap.volsize
 
@@ -957,6 +996,7 @@ class FakeZfs:
         ds = self._make(pool, target, src.type, local,
                         {k: v for k, v in props.items() if ":" in k}, origin=snapshot)
         ds.data = snap.referenced
+        ds.content = snap.content
 
     def zvol_device(self, name: str) -> str:
         return f"/dev/zvol/{name}"

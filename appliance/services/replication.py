@@ -1,0 +1,951 @@
+"""Replication: a datastore's snapshots to another ZDS appliance (or any OpenZFS host over
+SSH), incremental and resumable, and the promotion of a replica into a served datastore.
+
+Source side (this appliance owns the datastore):
+  PUT /replications/{name} records what goes where; every run is a job on the one clock
+  (:class:`appliance.scheduler.Scheduler`): on the replication's own ``interval``, on
+  request (:meth:`ReplicationService.run_now`), or after a snapshot policy snapshotted
+  the datastore (:meth:`ReplicationService.after_snapshots`, the hook the policies call).
+  A run plans (:mod:`appliance.replication.plan`) and sends until the target holds the
+  newest snapshot, then moves the cursor: a hold on the last sent snapshot (so nothing
+  prunes it by accident) and a bookmark of it (so an incremental still works once it is
+  pruned on purpose).
+
+Target side (this appliance receives):
+  the source's key is authorized for one dataset prefix (PUT
+  /replication/authorized-keys/{name}); replicas arrive there unmounted and read-only,
+  carrying ``zds:replication``; POST /replications/{name}/promote turns one into a
+  datastore served under the same protocol, without the source.
+"""
+
+from __future__ import annotations
+
+import builtins
+import ipaddress
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+from appliance import validate
+from appliance.adoption import record_from_properties
+from appliance.context import Context
+from appliance.errors import (
+    Conflict,
+    InsufficientSpace,
+    InvalidInput,
+    NotFound,
+    Unavailable,
+    ZdsError,
+)
+from appliance.host.ssh import (
+    AuthorizedKey,
+    Endpoint,
+    SshHost,
+    host_name,
+    public_key,
+    require_dataset_name,
+)
+from appliance.host.zfs import DatasetInfo
+from appliance.host.zfs_send import (
+    PartialReceive,
+    ReceiveSpec,
+    SnapRef,
+    StaleResume,
+    TargetState,
+    TransferCancelled,
+    ZfsSendHost,
+)
+from appliance.jobs import Job, JobCancelled, JobContext
+from appliance.model import DATASTORE_PARENT, DatastoreRecord, datastore_dataset, naa_wwn
+from appliance.reconciler import Reconciler
+from appliance.replication import plan as planner
+from appliance.replication.model import (
+    REPLICA_PROPERTIES,
+    ReplicationRecord,
+    ReplicationSpec,
+    TargetSpec,
+    bookmark_prefix,
+    hold_tag,
+    parse_interval,
+    snapshot_prefix,
+)
+from appliance.replication.store import ReplicationStore
+from appliance.scheduler import Task, every
+from appliance.services.datastores import (
+    ChapRequest,
+    DatastoreRequest,
+    DatastoreService,
+    DatastoreView,
+)
+from appliance.services.system import ComponentHealth
+
+log = logging.getLogger(__name__)
+
+JOB_LOCK_WAIT = 3600.0
+MAX_STEPS = 6  # resume + full + incremental, with room for a stale resume and a retry
+MIN_INTERVAL = 60
+TASK_PREFIX = "replication:"
+# a scheduled replication is late (health: degraded) when its lag passes this many
+# intervals plus a grace for the transfer itself
+LATE_INTERVALS = 2
+LATE_GRACE = 600.0
+INCOMING_PROPERTIES = ("type", "used", "referenced", "receive_resume_token", "readonly",
+                       *REPLICA_PROPERTIES, "zds:name", "zds:protocol", "zds:size",
+                       "zds:serial", "zds:iqn", "zds:managed")
+
+
+@dataclass(frozen=True)
+class TargetRequest:
+    host: str
+    dataset: str
+    port: int = 22
+    user: str = "root"
+    host_key: str | None = None  # pin this key; None: keep what is pinned / pin on contact
+
+
+@dataclass(frozen=True)
+class ReplicationRequest:
+    """The body of ``PUT /replications/{name}`` as sent (not yet validated)."""
+
+    datastore: str
+    target: TargetRequest
+    interval: int | str | None = None
+    after_snapshot_policy: bool = False
+    take_snapshot: bool = True
+    raw: bool = False
+    bandwidth_limit: int | str | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class OutgoingView:
+    record: ReplicationRecord
+    host_key: str | None  # pinned for the target (None before first contact)
+    lag: float | None  # seconds since the newest snapshot the target holds was taken
+    rate: float  # bytes/s of the last successful run
+    next_run: float | None  # unix time of the next scheduled run
+
+
+@dataclass(frozen=True)
+class IncomingView:
+    name: str
+    dataset: str
+    pool: str
+    source: str  # "source-host/datastore"
+    datastore: str  # the source's datastore name
+    protocol: str
+    snapshots: int
+    newest_snapshot: str | None
+    newest_created: int | None
+    lag: float | None
+    resume_pending: bool
+    used: int
+    referenced: int
+
+
+@dataclass(frozen=True)
+class ReplicationView:
+    name: str
+    outgoing: OutgoingView | None
+    incoming: IncomingView | None
+
+
+@dataclass(frozen=True)
+class CheckView:
+    name: str
+    target: str
+    host_key: str | None
+    exists: bool
+    snapshots: int
+    newest: str | None
+    resume_pending: bool
+    available: int
+    next_step: str
+    in_sync: bool
+
+
+@dataclass(frozen=True)
+class PromoteRequest:
+    """``POST /replications/{name}/promote``: None fields inherit the source's."""
+
+    name: str | None = None
+    identity: Literal["new", "keep"] = "new"
+    nfs_path: Literal["source", "local"] | None = None
+    nfs_clients: list[dict[str, str]] | None = None
+    initiators: list[str] | None = None
+    initiator_groups: list[str] | None = None
+    chap: ChapRequest | None = None
+
+
+@dataclass(frozen=True)
+class PromoteResult:
+    view: DatastoreView
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Identity:
+    hostname: str
+    public_key: str
+    host_keys: list[str]
+
+
+class ReplicationService:
+    def __init__(self, ctx: Context, datastores: DatastoreService,
+                 reconciler: Reconciler) -> None:
+        self.ctx = ctx
+        self.datastores = datastores
+        self.reconciler = reconciler
+        self.records = ReplicationStore(ctx.store)
+        self._policy_runs: set[str] = set()  # runs triggered by a snapshot policy
+        self._lock = threading.Lock()
+        for rec in self.records.list():
+            self._register(rec)
+
+    # --- hosts --------------------------------------------------------------------------
+    @property
+    def ssh(self) -> SshHost:
+        ssh = self.ctx.hosts.ssh
+        if ssh is None:
+            raise Unavailable("replication is not available: no SSH adapter on this host")
+        return ssh
+
+    @property
+    def zsend(self) -> ZfsSendHost:
+        zs = self.ctx.hosts.zfs_send
+        if zs is None:
+            raise Unavailable("replication is not available: no zfs send adapter here")
+        return zs
+
+    # --- start-up -----------------------------------------------------------------------
+    def start(self) -> None:
+        """At start-up (after JobManager.recover): records the runs a restart interrupted
+        as failed, and renders the authorized keys file from the records (it may have been
+        lost; records and file live in the same state directory)."""
+        for rec in self.records.list():  # runs a restart interrupted (their jobs failed)
+            if rec.status.state == "running" and not self._job_running(rec):
+                self.records.set_status(rec.name, replace(
+                    rec.status, state="failed", failures=rec.status.failures + 1,
+                    last_error={"code": "interrupted", "message": "the API stopped during "
+                                "this run; the next run resumes what the target kept"}))
+        if self.ctx.hosts.ssh is None:
+            return
+        keys = self.records.source_keys()
+        try:
+            if keys or self.ssh.authorized():
+                self.ssh.set_authorized(keys)
+        except (OSError, ZdsError) as exc:
+            log.error("cannot write the replication authorized keys: %s", exc)
+
+    # --- validation ---------------------------------------------------------------------
+    def validate(self, name: str, req: ReplicationRequest) -> ReplicationSpec:
+        validate.resource_name(name, "replication name")
+        validate.resource_name(req.datastore, "datastore name")
+        t = req.target
+        host = host_name(t.host)
+        if not isinstance(t.port, int) or not 1 <= t.port <= 65535:
+            raise InvalidInput(f"invalid port {t.port!r}: 1-65535")
+        if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", t.user or ""):
+            raise InvalidInput(f"invalid user {t.user!r}: a Unix user name")
+        dataset = require_dataset_name(t.dataset, "target dataset")
+        if "/" not in dataset:
+            raise InvalidInput("the target dataset must be below a pool (pool/replicas/NAME), "
+                               "not a pool itself")
+        if dataset.split("/")[1:2] == [DATASTORE_PARENT]:
+            raise InvalidInput(f"the target dataset may not live in {dataset.split('/')[0]}/"
+                               f"{DATASTORE_PARENT}: a ZDS target serves what is there")
+        if t.host_key is not None:
+            public_key(t.host_key, "host key")
+        interval = None
+        if req.interval is not None:
+            try:
+                interval = parse_interval(req.interval)
+            except ValueError:
+                raise InvalidInput(f"invalid interval {req.interval!r}: seconds, or a number "
+                                   "with s, m, h or d (e.g. 15m)") from None
+            if interval < MIN_INTERVAL:
+                raise InvalidInput(f"interval {interval} s is below the minimum "
+                                   f"{MIN_INTERVAL} s")
+        limit = None
+        if req.bandwidth_limit is not None:
+            limit = validate.parse_size(req.bandwidth_limit, "bandwidth_limit")
+            if limit < 64 << 10:
+                raise InvalidInput("bandwidth_limit must be at least 64K (bytes per second)")
+        return ReplicationSpec(
+            name=name, datastore=req.datastore,
+            target=TargetSpec(host=host, dataset=dataset, port=t.port, user=t.user),
+            interval=interval, after_snapshot_policy=bool(req.after_snapshot_policy),
+            take_snapshot=bool(req.take_snapshot), raw=bool(req.raw), bandwidth_limit=limit,
+            enabled=bool(req.enabled))
+
+    # --- records ------------------------------------------------------------------------
+    def put(self, name: str, req: ReplicationRequest) -> tuple[ReplicationView, bool]:
+        """Creates or updates an outgoing replication (nothing is sent yet: the first run
+        is the first scheduled slot, or POST .../run). Idempotent."""
+        spec = self.validate(name, req)
+        with self.ctx.lock.hold(f"PUT replication {name}"):
+            ds = self.ctx.store.get_datastore(spec.datastore)
+            if ds is None:
+                raise NotFound(f"datastore {spec.datastore!r} not found")
+            if ds.state not in ("ready", "error"):
+                raise Conflict(f"datastore {spec.datastore} is {ds.state}")
+            for other in self.records.list():
+                if other.name != name and other.spec.target == spec.target:
+                    raise Conflict(f"replication {other.name} already sends to "
+                                   f"{spec.target.host}:{spec.target.dataset}")
+            existing = self.records.get(name)
+            if existing is not None:
+                old = existing.spec
+                if old.datastore != spec.datastore or old.target.dataset != spec.target.dataset:
+                    raise Conflict(f"replication {name} sends {old.datastore} to "
+                                   f"{old.target.dataset}: datastore and target dataset "
+                                   "cannot change (the cursor would mean nothing); create "
+                                   "another replication")
+                rec = replace(existing, spec=spec)
+            else:
+                rec = ReplicationRecord(spec=spec, created=time.time())
+            if req.target.host_key is not None:
+                self.ssh.pin(spec.target.endpoint, req.target.host_key)
+            self.records.put(rec)
+        self._register(rec)
+        return self.get(name), existing is None
+
+    def _record(self, name: str) -> ReplicationRecord:
+        validate.resource_name(name, "replication name")
+        rec = self.records.get(name)
+        if rec is None:
+            raise NotFound(f"replication {name!r} not found (on this appliance as a source)")
+        return rec
+
+    def list(self) -> builtins.list[ReplicationView]:
+        outgoing = {r.name: self._outgoing(r) for r in self.records.list()}
+        incoming = {i.name: i for i in self._incoming()}
+        return [ReplicationView(n, outgoing.get(n), incoming.get(n))
+                for n in sorted(set(outgoing) | set(incoming))]
+
+    def get(self, name: str) -> ReplicationView:
+        validate.resource_name(name, "replication name")
+        rec = self.records.get(name)
+        inc = [i for i in self._incoming() if i.name == name]
+        if rec is None and not inc:
+            raise NotFound(f"replication {name!r} not found (neither sent from nor received "
+                           "on this appliance)")
+        return ReplicationView(name, self._outgoing(rec) if rec else None,
+                               inc[0] if inc else None)
+
+    def _outgoing(self, rec: ReplicationRecord) -> OutgoingView:
+        pinned: builtins.list[str] = []
+        if self.ctx.hosts.ssh is not None:
+            pinned = self.ssh.pinned(rec.spec.target.endpoint)
+        next_run = None
+        if rec.spec.interval and rec.spec.enabled:
+            try:
+                last = self.ctx.scheduler.state(_task(rec.name)).last_slot
+            except NotFound:
+                last = None
+            next_run = (last or time.time()) + rec.spec.interval
+        return OutgoingView(rec, pinned[0] if pinned else None, rec.status.lag(time.time()),
+                            rec.status.rate, next_run)
+
+    def delete(self, name: str) -> None:
+        """Forgets an outgoing replication: releases its hold and destroys its bookmarks
+        on the source. The replica on the target is not touched."""
+        rec = self._record(name)
+        if rec.status.state == "running" and self._job_running(rec):
+            raise Conflict(f"replication {name} is running (job {rec.status.job_id}): cancel "
+                           "it first (POST /api/v1/jobs/ID/cancel)")
+        with self.ctx.lock.hold(f"DELETE replication {name}"):
+            ds = self.ctx.store.get_datastore(rec.spec.datastore)
+            if ds is not None and self.ctx.zfs.get_dataset(ds.spec.dataset, ("type",)):
+                self._drop_cursor(name, ds.spec.dataset)
+            self.records.delete(name)
+        self.ctx.scheduler.unregister(_task(name), forget=True)
+
+    def _close(self, endpoint: Endpoint) -> None:
+        try:
+            self.ssh.close(endpoint)
+        except ZdsError as exc:  # the connection times out by itself (ControlPersist)
+            log.warning("closing the connection to %s: %s", endpoint.describe(), exc.message)
+
+    def _job_running(self, rec: ReplicationRecord) -> bool:
+        if not rec.status.job_id:
+            return False
+        try:
+            return not self.ctx.jobs.get(rec.status.job_id).done
+        except NotFound:
+            return False
+
+    # --- the target: keys and replicas ----------------------------------------------------
+    def identity(self) -> Identity:
+        return Identity(self.ctx.local.hostname(), self.ssh.public_key(), self.ssh.host_keys())
+
+    def authorized_keys(self) -> builtins.list[AuthorizedKey]:
+        return self.records.source_keys()
+
+    def authorize(self, name: str, key: str, prefix: str,
+                  sources: Sequence[str] = ()) -> tuple[AuthorizedKey, bool]:
+        """Lets the source holding ``key`` receive into ``prefix`` and below (and nothing
+        else) through the gate; creates ``prefix`` when missing."""
+        validate.resource_name(name, "key name")
+        entry = AuthorizedKey(name, public_key(key), self._prefix(prefix),
+                              tuple(_source(s) for s in sources))
+        with self.ctx.lock.hold(f"authorize replication key {name}"):
+            for other in self.records.source_keys():
+                if other.name != name and other.public_key == entry.public_key:
+                    raise Conflict(f"that key is authorized already as {other.name!r}")
+            created = all(k.name != name for k in self.records.source_keys())
+            if self.ctx.zfs.get_dataset(entry.prefix, ("type",)) is None:
+                self.ctx.zfs.create_filesystem(entry.prefix, {"canmount": "off"})
+            self.records.put_key(entry)
+            self.ssh.set_authorized(self.records.source_keys())
+        return entry, created
+
+    def _prefix(self, prefix: str) -> str:
+        prefix = require_dataset_name(prefix, "dataset prefix")
+        parts = prefix.split("/")
+        if len(parts) < 2:
+            raise InvalidInput("the prefix must be a dataset below a pool (e.g. "
+                               "tank/replicas/zds1): a whole pool would let the source "
+                               "overwrite its datastores")
+        if parts[1] == DATASTORE_PARENT:
+            raise InvalidInput(f"the prefix may not be in {parts[0]}/{DATASTORE_PARENT}: "
+                               "datastores there are served")
+        pools = {p.name for p in self.ctx.zfs.list_pools()}
+        if parts[0] not in pools:
+            raise NotFound(f"pool {parts[0]!r} is not imported here")
+        info = self.ctx.zfs.get_dataset(prefix, ("type",))
+        if info is not None and info.type != "filesystem":
+            raise Conflict(f"{prefix} is a {info.type}, not a filesystem")
+        return prefix
+
+    def revoke(self, name: str) -> None:
+        validate.resource_name(name, "key name")
+        with self.ctx.lock.hold(f"revoke replication key {name}"):
+            if not self.records.delete_key(name):
+                raise NotFound(f"no authorized replication key {name!r}")
+            self.ssh.set_authorized(self.records.source_keys())
+
+    def _incoming(self) -> builtins.list[IncomingView]:
+        """Replicas held by this appliance: datasets carrying zds:replication (one ``zfs
+        get -r`` per pool, one snapshot listing per replica)."""
+        zfs = self.ctx.zfs
+        if not zfs.available():
+            return []
+        found = []
+        now = time.time()
+        for pool in zfs.list_pools():
+            served = f"{pool.name}/{DATASTORE_PARENT}/"
+            for ds in zfs.list_datasets(pool.name, INCOMING_PROPERTIES):
+                name = ds.prop("zds:replication")
+                if not name or ds.name.startswith(served):
+                    continue
+                try:
+                    snaps = zfs.list_snapshots(ds.name)
+                except NotFound:
+                    snaps = []
+                newest = snaps[-1] if snaps else None
+                created = newest.int_prop("creation") if newest else None
+                found.append(IncomingView(
+                    name=name, dataset=ds.name, pool=pool.name,
+                    source=ds.prop("zds:replica_of"), datastore=ds.prop("zds:name"),
+                    protocol=ds.prop("zds:protocol"), snapshots=len(snaps),
+                    newest_snapshot=newest.name.split("@", 1)[1] if newest else None,
+                    newest_created=created,
+                    lag=max(0.0, now - created) if created else None,
+                    resume_pending=ds.prop("receive_resume_token") not in ("", "-"),
+                    used=ds.int_prop("used"), referenced=ds.int_prop("referenced")))
+        return sorted(found, key=lambda i: (i.name, i.dataset))
+
+    # --- running ------------------------------------------------------------------------
+    def _register(self, rec: ReplicationRecord) -> None:
+        spec = rec.spec
+        interval = spec.interval if spec.enabled else None
+        due = every(interval) if interval else _never
+
+        def run(ctx: JobContext, slot: float) -> dict[str, Any]:
+            return self._run(rec.name, ctx)
+
+        self.ctx.scheduler.register(Task(_task(rec.name), "replication.run", rec.name, due,
+                                         run, long=True))
+
+    def run_now(self, name: str) -> Job:
+        """A run now, as a job (409 while one runs). What ``POST .../run`` does."""
+        self._record(name)
+        return self.ctx.scheduler.run_now(_task(name))
+
+    def after_snapshots(self, datastore: str) -> builtins.list[Job]:
+        """For snapshot policies: after a policy run snapshotted ``datastore``, run every
+        enabled replication of it that has ``after_snapshot_policy`` (without taking a
+        snapshot of its own). A replication that is running already is skipped: it
+        sends the new snapshot at its next run."""
+        jobs = []
+        for rec in self.records.of_datastore(datastore):
+            if not (rec.spec.enabled and rec.spec.after_snapshot_policy):
+                continue
+            with self._lock:
+                self._policy_runs.add(rec.name)
+            try:
+                jobs.append(self.ctx.scheduler.run_now(_task(rec.name)))
+            except Conflict:
+                with self._lock:
+                    self._policy_runs.discard(rec.name)
+                log.info("replication %s is running: the policy's snapshot goes next time",
+                         rec.name)
+        return jobs
+
+    def _run(self, name: str, job: JobContext) -> dict[str, Any]:
+        with self._lock:
+            by_policy = name in self._policy_runs
+            self._policy_runs.discard(name)
+        rec = self._record(name)
+        status = replace(rec.status, state="running", job_id=job.job_id, last_run=time.time())
+        self.records.set_status(name, status)
+        t0 = time.monotonic()
+        try:
+            try:
+                result = self._replicate(rec, job,
+                                         take=rec.spec.take_snapshot and not by_policy)
+            finally:
+                self._close(rec.spec.target.endpoint)
+        except (JobCancelled, TransferCancelled) as exc:
+            kept = _bytes(exc.detail) if isinstance(exc, ZdsError) else 0
+            self._finish(name, state="cancelled", last_finished=time.time(),
+                         last_error={"code": "cancelled", "message": "cancelled"},
+                         resumable_bytes=kept)
+            raise JobCancelled() from exc
+        except ZdsError as exc:
+            current = self._record(name).status
+            self._finish(name, state="failed", last_finished=time.time(),
+                         failures=current.failures + 1,
+                         last_error={"code": exc.code, "message": exc.message},
+                         resumable_bytes=_bytes(exc.detail))
+            raise
+        except Exception as exc:  # a bug or an OS error: recorded, never left "running"
+            current = self._record(name).status
+            self._finish(name, state="failed", last_finished=time.time(),
+                         failures=current.failures + 1,
+                         last_error={"code": "internal", "message": f"{type(exc).__name__}: "
+                                                                    f"{exc}"})
+            raise
+        now = time.time()
+        current = self._record(name).status
+        self._finish(name, state="ok", last_finished=now, last_success=now, failures=0,
+                     last_error=None, resumable_bytes=0, runs=current.runs + 1,
+                     last_bytes=result["bytes"], last_seconds=round(time.monotonic() - t0, 3),
+                     total_bytes=current.total_bytes + result["bytes"],
+                     last_snapshot=result["snapshot"],
+                     last_snapshot_created=result["snapshot_created"],
+                     steps=tuple(result["steps"]))
+        result["seconds"] = round(time.monotonic() - t0, 3)
+        return result
+
+    def _finish(self, name: str, **changes: Any) -> None:
+        rec = self.records.get(name)
+        if rec is not None:  # deleted meanwhile: nothing to record
+            self.records.set_status(name, replace(rec.status, **changes))
+
+    def _replicate(self, rec: ReplicationRecord, job: JobContext,
+                   take: bool) -> dict[str, Any]:
+        spec = rec.spec
+        ds = self.ctx.store.get_datastore(spec.datastore)
+        if ds is None:
+            raise NotFound(f"datastore {spec.datastore} no longer exists here: nothing to "
+                           f"send. The replica {spec.target.dataset} on {spec.target.host} "
+                           "is kept (promote it there, or delete this replication)")
+        if ds.state != "ready":
+            raise Conflict(f"datastore {spec.datastore} is {ds.state}: not replicated now")
+        dataset = ds.spec.dataset
+        endpoint = spec.target.endpoint
+        zfs, zsend = self.ctx.zfs, self.zsend
+        info = zfs.get_dataset(dataset, ("type", "mountpoint"))
+        if info is None:
+            raise NotFound(f"dataset {dataset} of datastore {spec.datastore} is missing")
+        # the target first: unreachable, a refused key or a changed host key leave the
+        # source as it was (no snapshot taken for nothing)
+        first: TargetState | None = zsend.target_state(endpoint, spec.target.dataset)
+        if take:
+            with self.ctx.lock.hold(f"replication {spec.name}: snapshot", timeout=JOB_LOCK_WAIT):
+                stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+                taken = {s.name.split("@", 1)[1] for s in zfs.list_snapshots(dataset)}
+                snap, n = f"{snapshot_prefix(spec.name)}{stamp}", 1
+                while snap in taken:  # two runs in one second
+                    snap, n = f"{snapshot_prefix(spec.name)}{stamp}-{n}", n + 1
+                zfs.snapshot(dataset, snap, {"zds:created_by": f"replication:{spec.name}",
+                                             "zds:created_at": str(int(time.time()))})
+        receive = self._receive_spec(spec, ds, info)
+        steps: builtins.list[str] = []
+        sent, moved = 0, 0.0
+        state: TargetState | None = None
+        source: builtins.list[SnapRef] = []
+        for _ in range(MAX_STEPS):
+            job.check_cancelled()
+            state = first or zsend.target_state(endpoint, spec.target.dataset)
+            first = None
+            source = _refs(zfs.list_snapshots(dataset))
+            step = planner.plan(dataset, source, zsend.bookmarks(dataset), state, spec.raw)
+            if step.kind == "up_to_date":
+                break
+            assert step.send is not None
+            if step.kind == "full" and not state.parent_exists:
+                zsend.ensure_parent(endpoint, spec.target.dataset)
+                state = zsend.target_state(endpoint, spec.target.dataset)
+            need = zsend.estimate(step.send)
+            if state.available and need > state.available:
+                raise InsufficientSpace(
+                    f"the target {spec.target.host}:{spec.target.dataset} has "
+                    f"{validate.format_size(state.available)} free; {step.reason} needs "
+                    f"about {need} bytes. Nothing was sent; free space there (or grow its "
+                    "pool) and run again", detail={"needed": need,
+                                                   "available": state.available})
+            done_before = sent
+
+            def report(n: int, _need: int = need, _before: int = done_before,
+                       _what: str = step.reason) -> None:
+                job.progress(min(0.99, n / _need) if _need else 0.5,
+                             f"{_what}: {_before + n} bytes sent")
+
+            try:
+                stats = zsend.transfer(step.send, endpoint, receive,
+                                       rate_limit=spec.bandwidth_limit, progress=report,
+                                       cancel=job.cancel_event)
+            except StaleResume as exc:
+                log.warning("replication %s: %s; dropping the partial receive", spec.name,
+                            exc.message)
+                zsend.abort_partial(endpoint, spec.target.dataset)
+                steps.append(f"dropped a partial receive that cannot resume ({exc.message})")
+                continue
+            except PartialReceive:
+                continue  # appeared since we looked: the next plan resumes it
+            sent += stats.bytes
+            moved += stats.seconds
+            steps.append(f"{step.kind}: {step.send.describe()} ({stats.bytes} bytes)")
+        else:
+            raise Unavailable(f"replication {spec.name} did not reach the newest snapshot in "
+                              f"{MAX_STEPS} steps: {'; '.join(steps)}")
+        assert state is not None
+        newest = source[-1]
+        self._set_cursor(spec.name, dataset, source, newest)
+        return {"bytes": sent, "steps": steps, "snapshot": newest.short,
+                "snapshot_created": newest.creation, "target": spec.target.dataset,
+                "resumed": any(s.startswith("resume") for s in steps),
+                "transfer_seconds": round(moved, 3)}
+
+    def _receive_spec(self, spec: ReplicationSpec, ds: DatastoreRecord,
+                      info: DatasetInfo) -> ReceiveSpec:
+        props = {"zds:replication": spec.name,
+                 "zds:replica_of": f"{self.ctx.local.hostname()}/{spec.datastore}",
+                 "readonly": "on"}
+        exclude: tuple[str, ...] = ("refreservation",)
+        if ds.spec.is_nfs:
+            props["canmount"] = "noauto"  # never mounted on the target until promoted
+            path = info.prop("mountpoint")
+            if path.startswith("/"):
+                props["zds:source_path"] = path
+            exclude += ("mountpoint",)
+        return ReceiveSpec(spec.target.dataset, props, exclude)
+
+    def _set_cursor(self, name: str, dataset: str, source: Sequence[SnapRef],
+                    newest: SnapRef) -> None:
+        """Hold the newest sent snapshot, bookmark it, release the older cursor, prune
+        the snapshots this replication took itself."""
+        zsend, tag = self.zsend, hold_tag(name)
+        with self.ctx.lock.hold(f"replication {name}: cursor", timeout=JOB_LOCK_WAIT):
+            zsend.hold(newest.name, tag)
+            mark = f"{dataset}#{bookmark_prefix(name)}{newest.createtxg}"
+            marks = zsend.bookmarks(dataset)
+            if all(b.name != mark for b in marks):
+                zsend.bookmark(newest.name, mark)
+            for b in marks:
+                if b.short.startswith(bookmark_prefix(name)) and b.name != mark:
+                    zsend.destroy_bookmark(b.name)
+            holds = zsend.holds([s.name for s in source])
+            for snap, tags in holds.items():
+                if tag in tags and snap != newest.name:
+                    zsend.release(snap, tag)
+            own = snapshot_prefix(name)
+            clones = {r.origin for r in self.ctx.store.list_datastores() if r.origin}
+            for s in source:
+                if s.short.startswith(own) and s.name != newest.name and s.name not in clones \
+                        and not (holds.get(s.name, set()) - {tag}):
+                    try:
+                        self.ctx.zfs.destroy(s.name)
+                    except ZdsError as exc:  # held meanwhile, or a clone: keep it
+                        log.info("replication %s keeps %s: %s", name, s.name, exc.message)
+
+    def _drop_cursor(self, name: str, dataset: str) -> None:
+        """Releases the hold, destroys the bookmarks and the snapshots this replication
+        took (unless something else holds them or a clone depends on them)."""
+        zsend, tag = self.zsend, hold_tag(name)
+        snaps = [s.name for s in self.ctx.zfs.list_snapshots(dataset)]
+        holds = zsend.holds(snaps)
+        for snap, tags in holds.items():
+            if tag in tags:
+                zsend.release(snap, tag)
+        for b in zsend.bookmarks(dataset):
+            if b.short.startswith(bookmark_prefix(name)):
+                zsend.destroy_bookmark(b.name)
+        clones = {r.origin for r in self.ctx.store.list_datastores() if r.origin}
+        own = f"@{snapshot_prefix(name)}"
+        for snap in snaps:
+            if own in snap and snap not in clones and not (holds.get(snap, set()) - {tag}):
+                try:
+                    self.ctx.zfs.destroy(snap)
+                except ZdsError as exc:
+                    log.info("replication %s: keeping %s: %s", name, snap, exc.message)
+
+    def check(self, name: str) -> CheckView:
+        """Contacts the target now (pins its host key on first contact) and says what the
+        next run would send. Errors are those of a run: unreachable, refused key, host key
+        mismatch, refused by the target's gate."""
+        rec = self._record(name)
+        spec = rec.spec
+        ds = self.ctx.store.get_datastore(spec.datastore)
+        try:
+            state = self.zsend.target_state(spec.target.endpoint, spec.target.dataset)
+        finally:
+            self._close(spec.target.endpoint)
+        next_step, in_sync = "nothing to send", False
+        if ds is None:
+            next_step = f"datastore {spec.datastore} is gone: nothing to send"
+        else:
+            source = _refs(self.ctx.zfs.list_snapshots(ds.spec.dataset))
+            try:
+                if not source and spec.take_snapshot and not state.resume_token:
+                    next_step = ("the run snapshots the datastore and sends it in full"
+                                 if not state.exists else "the target holds "
+                                 f"{state.dataset} already: diverged")
+                else:
+                    step = planner.plan(ds.spec.dataset, source, self.zsend.bookmarks(
+                        ds.spec.dataset), state, spec.raw)
+                    next_step, in_sync = step.reason, step.kind == "up_to_date"
+                    if in_sync and spec.take_snapshot:
+                        next_step += "; the next run snapshots and sends what changed since"
+            except ZdsError as exc:
+                next_step = f"{exc.code}: {exc.message}"
+        pinned = self.ssh.pinned(spec.target.endpoint)
+        newest = state.snapshots[-1].short if state.snapshots else None
+        return CheckView(name, f"{spec.target.endpoint.describe()}:{spec.target.dataset}",
+                         pinned[0] if pinned else None, state.exists, len(state.snapshots),
+                         newest, state.resume_token is not None, state.available, next_step,
+                         in_sync)
+
+    # --- guards and health ----------------------------------------------------------------
+    def guard_delete(self, rec: DatastoreRecord) -> None:
+        """Datastore delete refuses while a replication sends it (its cursor holds
+        snapshots, and the admin should decide what happens to the replicas)."""
+        names = [r.name for r in self.records.of_datastore(rec.name)]
+        if names:
+            raise Conflict(
+                f"datastore {rec.name} is replicated by {', '.join(names)}: delete the "
+                "replication first (DELETE /api/v1/replications/NAME; the replica on the "
+                "target is kept). Nothing was deleted", detail={"replications": names})
+
+    def health(self) -> ComponentHealth:
+        """From the records only (no host call): failed runs and late replications."""
+        now = time.time()
+        problems = []
+        recs = [r for r in self.records.list() if r.spec.enabled]
+        worst = 0.0
+        for r in recs:
+            st = r.status
+            lag = st.lag(now)
+            worst = max(worst, lag or 0.0)
+            if st.state == "failed" and st.last_error:
+                problems.append(f"{r.name}: last run failed: {st.last_error.get('message')}")
+            elif r.spec.interval and not (st.state == "running" and self._job_running(r)):
+                limit = LATE_INTERVALS * r.spec.interval + LATE_GRACE
+                since = lag if lag is not None else now - r.created
+                if since > limit:
+                    problems.append(f"{r.name}: {since:.0f} s behind (interval "
+                                    f"{r.spec.interval} s)")
+        if problems:
+            return ComponentHealth(False, "; ".join(problems))
+        if not recs:
+            return ComponentHealth(True, "no replication from this appliance")
+        return ComponentHealth(True, f"{len(recs)} replication(s), largest lag {worst:.0f} s")
+
+    # --- promote (target side) --------------------------------------------------------------
+    def promote(self, name: str, req: PromoteRequest) -> PromoteResult:
+        """Turns the replica ``name`` into a datastore served here, without the source:
+        its dataset moves to <pool>/datastores/NAME (read-write, mounted), the datastore
+        is recorded and the export or LUN is served."""
+        validate.resource_name(name, "replication name")
+        found = [i for i in self._incoming() if i.name == name]
+        if not found:
+            raise NotFound(f"no replica of {name!r} on this appliance")
+        if len(found) > 1:
+            raise Conflict(f"several replicas are named {name!r} here: "
+                           f"{', '.join(i.dataset for i in found)}")
+        inc = found[0]
+        zfs = self.ctx.zfs
+        info = zfs.get_dataset(inc.dataset)
+        if info is None:
+            raise NotFound(f"replica {inc.dataset} vanished")
+        if not inc.snapshots:
+            raise Conflict(f"{inc.dataset} holds no complete snapshot yet: nothing to serve "
+                           "(its first stream was interrupted; the next run resumes it)")
+        new_name = validate.resource_name(req.name or inc.datastore or name, "datastore name")
+        adopted = record_from_properties(inc.pool, DatasetInfo(
+            info.name, info.type, {**info.properties, "zds:name": new_name}))
+        if adopted is None or info.prop("zds:managed") != "true":
+            raise Conflict(f"{inc.dataset} is not the replica of a ZDS datastore (it has no "
+                           "zds:* properties): promote it by hand (zfs rename/set)")
+        src = adopted.spec
+        base = DatastoreRequest(
+            protocol=src.protocol, size=src.size, pool=inc.pool, thin=src.thin,
+            profile=src.profile,
+            nfs_clients=req.nfs_clients if req.nfs_clients is not None else [
+                {"match": c.match, "access": c.access} for c in src.nfs_clients],
+            initiators=req.initiators if req.initiators is not None else list(
+                src.iscsi.initiators),
+            initiator_groups=req.initiator_groups if req.initiator_groups is not None else
+            list(src.iscsi.initiator_groups),
+            chap=req.chap)
+        if adopted.error and req.chap is None:  # the source had CHAP: secrets never travel
+            raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
+                           "the replica: give them in the promote body (iscsi.chap)")
+        spec = self.datastores.validate_request(new_name, base)
+        notes: builtins.list[str] = []
+        with self.ctx.lock.hold(f"promote {name}"):
+            if self.ctx.store.get_datastore(new_name) is not None:
+                raise Conflict(f"datastore {new_name!r} exists here: promote under another "
+                               "name ({\"name\": ...})")
+            new_dataset = datastore_dataset(inc.pool, new_name)
+            if zfs.get_dataset(new_dataset, ("type",)) is not None:
+                raise Conflict(f"dataset {new_dataset} exists already")
+            records = self.ctx.store.list_datastores()
+            iqn = serial = None
+            export_id = None
+            if spec.is_nfs:
+                export_id = self.ctx.store.next_export_id()
+            elif req.identity == "keep":
+                iqn, serial = adopted.iqn, adopted.serial
+                clash = [r.name for r in records if (iqn and r.iqn == iqn)
+                         or (serial and r.serial == serial)]
+                if clash or not iqn or not serial:
+                    raise Conflict(
+                        f"the source's IQN/unit serial is in use here by {', '.join(clash)}: "
+                        "two LUNs with one NAA id confuse every initiator. Promote with "
+                        "identity=new (ESXi then resignatures the VMFS copy)"
+                        if clash else "the replica carries no IQN/serial to keep",
+                        detail={"datastores": clash})
+                notes.append(f"The LUN keeps the source's NAA id {naa_wwn(serial)} and IQN "
+                             f"{iqn}: use this only when the source is gone for good; ESXi "
+                             "mounts the VMFS volume as before (no resignature).")
+            else:
+                iqn, serial = self.datastores.target_iqn(new_name), str(uuid.uuid4())
+                notes.append(f"The LUN has a new NAA id ({naa_wwn(serial)}): ESXi sees the "
+                             "VMFS volume on it as a snapshot. Mount it with `esxcli storage "
+                             "vmfs snapshot resignature -l LABEL` (a new datastore UUID; "
+                             "re-register the VMs), or `esxcli storage vmfs snapshot mount -l "
+                             "LABEL` to keep the signature when the source is gone for good. "
+                             "libvirt/KVM: the guest file systems are as they were.")
+            mountpoint = self._promote_path(spec.is_nfs, inc, req, records, notes)
+            rec = DatastoreRecord(spec=spec, state="creating", export_id=export_id, iqn=iqn,
+                                  serial=serial, created=time.time())
+            if inc.resume_pending:
+                self.zsend.abort_partial(Endpoint(None), inc.dataset)
+                notes.append("An interrupted receive was dropped: the datastore holds the "
+                             f"newest complete snapshot ({inc.newest_snapshot}).")
+            self._promote_dataset(inc, new_dataset, rec, mountpoint)
+            rec = rec.with_state("ready")
+            self.ctx.store.put_datastore(rec)
+            report = self.reconciler.datastores([rec])
+            failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
+            if failures:
+                raise Unavailable("the replica became a datastore but could not be served: "
+                                  + "; ".join(failures) + " (retried at every reconcile)")
+        if spec.is_nfs:
+            notes.append("NFS: mount the export on the hypervisors under the same datastore "
+                         "name (esxcli storage nfs add, or the libvirt pool XML below); ESXi "
+                         "then re-registers the VMs from the datastore browser.")
+        notes.append(f"Replication {name} into {inc.dataset} is over: the source's next run "
+                     "finds no replica there. Reverse replication (failback) is not built "
+                     "yet: replicate the promoted datastore back with a new replication.")
+        return PromoteResult(self.datastores.view_of(rec), notes)
+
+    def _promote_path(self, is_nfs: bool, inc: IncomingView, req: PromoteRequest,
+                      records: Sequence[DatastoreRecord], notes: builtins.list[str]
+                      ) -> str | None:
+        """The NFS export path: the source's (ESXi remounts the same share path) unless
+        a datastore here uses it, or ``nfs_path`` says local."""
+        if not is_nfs:
+            return None
+        info = self.ctx.zfs.get_dataset(inc.dataset, ("zds:source_path",))
+        source_path = info.prop("zds:source_path") if info else ""
+        if req.nfs_path == "local" or not source_path.startswith("/"):
+            return None
+        view = self.reconciler.read_zfs()
+        used = {ds.prop("mountpoint") for ds in view.datasets.values()}
+        if source_path in used:
+            if req.nfs_path == "source":
+                raise Conflict(f"the source's path {source_path} is in use here: promote with "
+                               "nfs_path=local")
+            notes.append(f"The source's path {source_path} is in use here: the export has "
+                         "this appliance's own path instead.")
+            return None
+        notes.append(f"The export keeps the source's path {source_path}.")
+        return source_path
+
+    def _promote_dataset(self, inc: IncomingView, new_dataset: str, rec: DatastoreRecord,
+                         mountpoint: str | None) -> None:
+        zfs, spec = self.ctx.zfs, rec.spec
+        props = self.datastores.zfs_properties(rec)
+        for fixed in ("volblocksize", "refreservation"):
+            props.pop(fixed, None)
+        # space first: a thick datastore that does not fit changes nothing
+        if not spec.thin:
+            zfs.set_properties(inc.dataset, {"refreservation": str(spec.size)
+                                             if spec.is_nfs else "auto"})
+        self.zsend.rename(inc.dataset, new_dataset)
+        try:
+            props.update({"readonly": "off", "zds:replication": ""})
+            if spec.is_nfs:
+                props["canmount"] = "on"
+                if mountpoint:
+                    props["mountpoint"] = mountpoint
+            zfs.set_properties(new_dataset, props)
+            if spec.is_nfs:
+                self.zsend.mount(new_dataset)
+            else:
+                zfs.wait_for_device(new_dataset)
+        except ZdsError:
+            try:  # back to a replica, as it was
+                zfs.set_properties(new_dataset, {"readonly": "on",
+                                                 "zds:replication": inc.name})
+                self.zsend.rename(new_dataset, inc.dataset)
+            except ZdsError as exc:
+                log.error("promote %s: could not put the replica back: %s", inc.name,
+                          exc.message)
+            raise
+
+
+def _task(name: str) -> str:
+    return f"{TASK_PREFIX}{name}"
+
+
+def _never(last: float | None, now: float) -> float | None:
+    return None
+
+
+def _refs(snaps: Sequence[DatasetInfo]) -> builtins.list[SnapRef]:
+    return [SnapRef(s.name, int(s.prop("guid") or 0), s.int_prop("createtxg"),
+                    s.int_prop("creation")) for s in snaps]
+
+
+def _bytes(detail: dict[str, object]) -> int:
+    n = detail.get("bytes", 0)
+    return n if isinstance(n, int) else 0
+
+
+def _source(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value.strip(), strict=False))
+    except (ValueError, AttributeError):
+        raise InvalidInput(f"invalid source {value!r}: an IP address or a CIDR network") \
+            from None

@@ -1,0 +1,184 @@
+"""Replication throughput vs a plain local ``zfs send | zfs receive`` of the same snapshot,
+and the time of an incremental run after a 1% change, inside one booted appliance.
+
+    flock /tmp/zds-vm.lock python -m bench.replication [--size 256] [--rounds 3]
+
+Boots the appliance image of this checkout (built or reused like the e2e suite does),
+makes a second pool ``zdsbench`` on a sparse file, authorizes the appliance's own key for
+``zdsbench/replicas`` and an NFS datastore filled with ``--size`` MiB of random data in the
+guest. Each round then times, interleaved on the same snapshot:
+
+  local  ``zfs send -L -c -e -p DS@b1 | zfs receive -s -u zdsbench/local`` in the guest
+  zds    a replication run through the API: SSH to 127.0.0.1, the receive gate, the
+         spliced pump, the target queries and the cursor (hold + bookmark)
+
+and the table shows the medians and the median ratio local/zds (throughput of zds
+relative to the plain pipe; the target is >= 0.8). Then 1% of the data changes and an
+incremental run is timed against the local ``zfs send -I`` of the same change.
+``--server/--token/--no-boot`` measure an appliance that is already up instead (it must
+have the test-control channel: use the e2e harness's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+MiB = 1 << 20
+Exec = Callable[[str, float], tuple[int, str]]
+DS = "bench-repl"
+DATASET = f"tank/datastores/{DS}"
+
+
+class Bench:
+    def __init__(self, run: Exec, api_url: str, token: str) -> None:
+        self._exec = run
+        self.http = httpx.Client(base_url=api_url + "/api/v1", verify=False, timeout=900,
+                                 headers={"Authorization": f"Bearer {token}"})
+
+    def sh(self, cmd: str, timeout: float = 900) -> str:
+        rc, out = self._exec(cmd, timeout)
+        if rc != 0:
+            raise SystemExit(f"guest command failed ({rc}): {cmd}\n{out}")
+        return out
+
+    def call(self, method: str, path: str, **kw: Any) -> Any:
+        r = self.http.request(method, path, **kw)
+        if r.status_code >= 400:
+            raise SystemExit(f"{method} {path}: {r.status_code} {r.text}")
+        return r.json() if r.content else None
+
+    def timed(self, cmd: str) -> float:
+        out = self.sh(f"s=$(date +%s.%N); {cmd}; e=$(date +%s.%N); "
+                      "awk -v s=$s -v e=$e 'BEGIN { printf \"T=%.3f\\n\", e - s }'")
+        return float(out.strip().splitlines()[-1].split("=", 1)[1])
+
+    def setup(self, size_mib: int) -> None:
+        pools = {p["name"] for p in self.call("GET", "/pools")}
+        if "zdsbench" not in pools:
+            job = self.call("POST", "/pools", params={"wait": 300}, json={
+                "name": "zdsbench", "sparse_files": {"count": 1, "size": "4G", "type": "disk"}})
+            assert job["state"] == "succeeded", job
+        self.sh("for i in $(seq 120); do systemctl is-active -q ssh && exit 0; sleep 1; done; "
+                "exit 1")
+        key = self.call("GET", "/replication/identity")["public_key"]
+        self.call("PUT", "/replication/authorized-keys/bench", json={
+            "public_key": key, "dataset_prefix": "zdsbench/replicas"})
+        if not any(d["name"] == DS for d in self.call("GET", "/datastores")):
+            self.call("PUT", f"/datastores/{DS}", json={"protocol": "nfs3", "size": "8G"})
+        self.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={size_mib} "
+                "status=none && sync", timeout=1800)
+        self.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b1"})
+        self.call("PUT", "/replications/bench", json={
+            "datastore": DS, "take_snapshot": False,
+            "target": {"host": "127.0.0.1", "dataset": f"zdsbench/replicas/{DS}"}})
+
+    def replicate(self) -> tuple[float, dict[str, Any]]:
+        t0 = time.monotonic()
+        job = self.call("POST", "/replications/bench/run", params={"wait": 1800})
+        seconds = time.monotonic() - t0
+        if job["state"] != "succeeded":
+            raise SystemExit(f"replication failed: {job['error']}")
+        return seconds, job["result"]
+
+    def forget_replica(self) -> None:
+        self.sh(f"zfs destroy -r zdsbench/replicas/{DS}")
+
+    def cleanup(self) -> None:
+        self.call("DELETE", "/replications/bench")
+        self.call("DELETE", f"/datastores/{DS}", params={"wait": 300, "force": True})
+        self.call("DELETE", "/replication/authorized-keys/bench")
+        self.sh("zfs destroy -r zdsbench/local 2>/dev/null; zfs destroy -r zdsbench/replicas "
+                "2>/dev/null; true")
+
+
+def measure(bench: Bench, size_mib: int, rounds: int) -> str:
+    bench.setup(size_mib)
+    send = f"zfs send -L -c -e -p {DATASET}@b1"
+    local, zds, stream = [], [], []
+    for _ in range(rounds):
+        local.append(bench.timed(f"{send} | zfs receive -s -u zdsbench/local"))
+        bench.sh("zfs destroy -r zdsbench/local")
+        seconds, result = bench.replicate()
+        zds.append(seconds)
+        stream.append(float(result["transfer_seconds"]))
+        bench.forget_replica()
+    nbytes = int(result["bytes"])
+    ratios = [loc / z for loc, z in zip(local, zds, strict=True)]
+    stream_ratios = [loc / z for loc, z in zip(local, stream, strict=True)]
+    # the last replica stays for the incremental
+    bench.replicate()
+    bench.timed(f"{send} | zfs receive -s -u zdsbench/local")
+    change = max(1, size_mib // 100)
+    bench.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={change} "
+             f"seek={size_mib // 2} conv=notrunc status=none && sync")
+    bench.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b2"})
+    t_local_incr = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b1 {DATASET}@b2 | "
+                               "zfs receive -s -u zdsbench/local")
+    t_incr, incr = bench.replicate()
+    bench.cleanup()
+
+    def mbs(seconds: float) -> float:
+        return nbytes / seconds / MiB
+
+    lines = [
+        f"# replication bench, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
+        f"{size_mib} MiB of random data, {rounds} rounds (medians)",
+        f"{'path':<44} {'seconds':>8} {'MiB/s':>8} {'ratio':>6}",
+        f"{'local zfs send | zfs receive (full)':<44} {statistics.median(local):8.2f} "
+        f"{mbs(statistics.median(local)):8.1f} {1.0:6.2f}",
+        f"{'zds replication run over ssh (full)':<44} {statistics.median(zds):8.2f} "
+        f"{mbs(statistics.median(zds)):8.1f} {statistics.median(ratios):6.2f}",
+        f"{'  of which the stream (send | ssh | receive)':<44} "
+        f"{statistics.median(stream):8.2f} {mbs(statistics.median(stream)):8.1f} "
+        f"{statistics.median(stream_ratios):6.2f}",
+        f"{'local zfs send -I | receive (1% change)':<44} {t_local_incr:8.2f}",
+        f"{'zds replication run (1% change)':<44} {t_incr:8.2f}"
+        f"  ({incr['bytes'] / MiB:.1f} MiB sent)",
+        f"rounds: local {[round(x, 2) for x in local]}, zds {[round(x, 2) for x in zds]}, "
+        f"stream {[round(x, 2) for x in stream]}; {nbytes} bytes per full stream",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", type=int, default=256, help="MiB of random data")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", help="also write the table to this file")
+    args = ap.parse_args(argv)
+
+    from images import build
+    from images.vm import Appliance, Ports, kvm_works
+
+    image = build.build()
+    state = Path(tempfile.mkdtemp(prefix="zds-bench-repl-"))
+    vm = Appliance(state_dir=state, base_image=image / "zds.raw", ports=Ports.random_free(),
+                   test_control=True)
+    vm.prepare(fresh_system=True, fresh_data=True)
+    vm.start(kvm=kvm_works())
+    try:
+        vm.wait_control(900)
+        vm.wait_healthy(900)
+        table = measure(Bench(vm.exec, vm.api_url, vm.admin_token()), args.size, args.rounds)
+    finally:
+        vm.stop(timeout=60)
+    print(table)
+    if args.out:
+        Path(args.out).write_text(table + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
