@@ -45,6 +45,7 @@ from pathlib import Path
 
 from appliance.host.nfsclient import mount_options
 from bench.guest import (
+    GUEST_DIR,
     Guest,
     Measurement,
     Ratio,
@@ -139,9 +140,11 @@ class NfsBench:
             return
         self.umount()
         g = self.g
-        if self.server == "knfsd":
+        was, self.server = self.server, "switching"  # a failure half-way leaves this
+        if was != "ganesha":
             g.try_sh("systemctl stop nfs-server.service; exportfs -ua; "
-                     "rm -f /etc/exports.d/zds-bench.exports /etc/nfs.conf.d/zds-bench.conf")
+                     "rm -f /etc/exports.d/zds-bench.exports /etc/nfs.conf.d/zds-bench.conf; "
+                     f"cp {GUEST_DIR}/nfs.conf.orig /etc/nfs.conf")
             g.sh(" && ".join(f"ln -sf /dev/null /etc/systemd/system/{u}"
                              for u in KNFSD_UNITS) + " && systemctl daemon-reload")
         g.write("/etc/ganesha/ganesha.conf", core_param_text(self.ganesha_conf, params)
@@ -153,7 +156,15 @@ class NfsBench:
         if state.strip() != "active":
             raise RuntimeError(f"ganesha did not start with {params}: "
                                + g.try_sh("journalctl -u nfs-ganesha -n 20 --no-pager")[1])
-        g.api("POST", "/system/reconcile")  # re-adds the datastore's export
+        deadline = time.monotonic() + 90
+        while True:  # re-adds the datastore's export once ganesha answers on DBus
+            try:
+                g.api("POST", "/system/reconcile")
+                break
+            except RuntimeError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(3)
         self.mount()
 
     def use_knfsd(self) -> None:
@@ -161,9 +172,13 @@ class NfsBench:
             return
         self.umount()
         g = self.g
+        self.server = "switching"
         g.sh("systemctl stop nfs-ganesha.service")
+        # mountd on ganesha's MNT port, so the client's options stay the same
+        g.sh(f"test -f {GUEST_DIR}/nfs.conf.orig || cp /etc/nfs.conf {GUEST_DIR}/nfs.conf.orig")
         g.sh("mkdir -p /etc/exports.d /etc/nfs.conf.d && "
              "printf '[mountd]\\nport=20048\\n' > /etc/nfs.conf.d/zds-bench.conf && "
+             "printf '\\n[mountd]\\nport=20048\\n' >> /etc/nfs.conf && "
              f"echo '{self.path} 127.0.0.1(rw,sync,no_subtree_check,no_root_squash,"
              f"fsid={FSID})' > /etc/exports.d/zds-bench.exports")
         g.sh("rm -f " + " ".join(f"/etc/systemd/system/{u}" for u in KNFSD_UNITS)
