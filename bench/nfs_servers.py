@@ -234,7 +234,8 @@ class NfsBench:
                                                  if x is not None))
         return tuned
 
-    def part_servers(self, tuned: dict[str, str]) -> None:
+    def part_servers(self, tuned: dict[str, str], profiles: Sequence[str] = PROFILES,
+                     part: str = "servers") -> None:
         configs = ["ganesha", "ganesha-tuned", "knfsd"] if tuned else ["ganesha", "knfsd"]
         for r in range(self.rounds):
             order = configs if r % 2 == 0 else list(reversed(configs))
@@ -245,10 +246,10 @@ class NfsBench:
                     else:
                         self.use_ganesha(tuned if c == "ganesha-tuned" else {})
                 except Exception as exc:
-                    log(f"  servers {c}: {exc}")
+                    log(f"  {part} {c}: {exc}")
                     continue
-                for p in PROFILES:
-                    self.run("servers", c, p, r)
+                for p in profiles:
+                    self.run(part, c, p, r)
 
     def part_zfs(self, rounds: int) -> None:
         self.use_ganesha({})
@@ -310,6 +311,11 @@ def report(results: Path, img_dir: Path | None) -> str:
     if servers:
         out.append(ratio_table(servers, "servers: b/a (knfsd/ganesha; ganesha/knfsd is the "
                                         "target >= 1.0)"))
+    confirm = [r for p in TARGETS for a, b in (("knfsd", "ganesha"), ("knfsd", "ganesha-tuned"),
+                                               ("ganesha", "ganesha-tuned"))
+               if (r := ratio(runs, "confirm", p, a, b)) is not None]
+    if confirm:
+        out.append(ratio_table(confirm, "confirm: the kept tuning, 3 rounds"))
     zfs = [r for a, b, p in (("recordsize-64k", "recordsize-16k", TARGETS[0]),
                              ("recordsize-64k", "recordsize-16k", TARGETS[1]),
                              ("recordsize-64k", "recordsize-128k", TARGETS[0]),
@@ -334,8 +340,8 @@ def report(results: Path, img_dir: Path | None) -> str:
     if img_dir is not None:
         g_over_k = [r for p in PROFILES
                     if (r := ratio(runs, "servers", p, "knfsd", "ganesha")) is not None]
-        g_over_k += [r for p in PROFILES
-                     if (r := ratio(runs, "servers", p, "knfsd", "ganesha-tuned")) is not None]
+        g_over_k += [r for p in TARGETS
+                     if (r := ratio(runs, "confirm", p, "knfsd", "ganesha-tuned")) is not None]
         if g_over_k:
             plot_ratios(g_over_k, "nfs-ganesha / knfsd, same dataset and client "
                                   "(QEMU TCG; 3 interleaved rounds)",
@@ -346,26 +352,53 @@ def report(results: Path, img_dir: Path | None) -> str:
     return "\n".join(out)
 
 
+DEFAULT_PARTS = "servers,lun,sync,tune,confirm,zfs,lun-tune"
+
+
 def run_all(g: Guest, args: argparse.Namespace) -> None:
+    """The parts in the order given (the issue's headline figures first, so a run cut
+    short by the machine's time still has them); iSCSI parts (lun, lun-tune) run in
+    the same boot through bench.iscsi_lun."""
+    from bench import iscsi_lun
+
     b = NfsBench(g, args.rounds)
     b.setup()
-    parts = set(args.parts.split(","))
+    lun: iscsi_lun.IscsiBench | None = None
+    tuned: dict[str, str] = {}
     try:
-        tuned: dict[str, str] = {}
-        if "tune" in parts:
-            log("part tune: ganesha NFS_CORE_PARAM, one change at a time")
-            tuned = b.part_tune(args.tune_rounds, args.keep)
-            (Path(args.out) / "tuned.json").write_text(json.dumps(tuned) + "\n")
-        if "servers" in parts:
-            log(f"part servers: ganesha{' (+tuned)' if tuned else ''} vs knfsd")
-            b.part_servers(tuned)
-        if "zfs" in parts:
-            log("part zfs: recordsize, logbias")
-            b.part_zfs(args.tune_rounds)
-        if "sync" in parts:
-            log("part sync: no SLOG, SLOG, sync=disabled")
-            b.part_sync()
+        for part in args.parts.split(","):
+            t0 = time.monotonic()
+            if part == "servers":
+                log("part servers: ganesha as shipped vs knfsd")
+                b.part_servers({})
+            elif part == "tune":
+                log("part tune: ganesha NFS_CORE_PARAM, one change at a time")
+                tuned = b.part_tune(args.tune_rounds, args.keep)
+                (Path(args.out) / "tuned.json").write_text(json.dumps(tuned) + "\n")
+            elif part == "confirm" and tuned:
+                log(f"part confirm: ganesha-tuned {tuned} vs ganesha vs knfsd")
+                b.part_servers(tuned, TARGETS, "confirm")
+            elif part == "zfs":
+                log("part zfs: recordsize, logbias")
+                b.part_zfs(args.tune_rounds)
+            elif part == "sync":
+                log("part sync: no SLOG, SLOG, sync=disabled")
+                b.part_sync()
+            elif part in ("lun", "lun-tune"):
+                b.use_ganesha({})
+                if lun is None:
+                    lun = iscsi_lun.IscsiBench(g, b.dataset.split("/")[0])
+                    lun.setup()
+                if part == "lun":
+                    log("part lun: raw zvol vs ZDS's LUN, all profiles")
+                    lun.part_lun(args.rounds)
+                else:
+                    log("part lun-tune: one LIO/initiator/zvol change at a time")
+                    lun.part_tune(max(1, args.tune_rounds))
+            log(f"part {part} took {time.monotonic() - t0:.0f} s")
     finally:
+        if lun is not None:
+            lun.remove()
         b.umount()
         b.restore()
 
@@ -378,8 +411,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--tune-rounds", type=int, default=2)
     ap.add_argument("--keep", type=float, default=0.05,
                     help="a tuning change is kept when it lifts a target profile this much")
-    ap.add_argument("--parts", default="tune,servers,zfs,sync")
-    ap.add_argument("--iscsi", action="store_true", help="also bench/iscsi_lun.py's parts")
+    ap.add_argument("--parts", default=DEFAULT_PARTS,
+                    help=f"in this order (default {DEFAULT_PARTS})")
+    ap.add_argument("--iscsi", action="store_true",
+                    help="print bench/iscsi_lun.py's tables too (its parts are in --parts)")
     ap.add_argument("--out", default=f"/tmp/zds-bench-{datetime.now(UTC):%Y%m%d-%H%M}")
     ap.add_argument("--report", help="print the tables of an earlier results.jsonl")
     ap.add_argument("--img-dir", help="write the plots here (e.g. docs/img)")
@@ -399,10 +434,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    "dpkg-query -W -f='${Version}' nfs-ganesha").replace(
                                        "\n", " "))
         run_all(g, args)
-        if args.iscsi:
-            from bench import iscsi_lun
-
-            iscsi_lun.run_all(g, args.rounds, max(1, args.tune_rounds - 1))
     print(report(results, img))
     if args.iscsi:
         from bench import iscsi_lun
