@@ -191,3 +191,18 @@ def test_compare_says_when_two_results_do_not_mean_the_same_io() -> None:
 
 def _result_dict(body: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "published"}
+
+
+def test_the_report_shows_semantics_and_warns_on_unlike_pairs() -> None:
+    from appliance.probes.report import render_html
+
+    def result(rid: str, writes: str) -> ProbeResult:
+        return ProbeResult(id=rid, profile="bst", params={}, target={"kind": "local"},
+                           settings={}, started_at="", ended_at="", status="ok",
+                           summary={"iops": 1.0},
+                           semantics={"layer": "zfs", "reads": "cache", "writes": writes,
+                                      "client_cache": "none"})
+
+    html = render_html([result("a1", "sync"), result("b1", "async")])
+    assert "<td>writes</td><td>async</td>" in html.replace(" class='l'", "")
+    assert "not like with like: writes differ" in html
