@@ -180,6 +180,9 @@ class IscsiBench:
         shown["initiator.max_hw_sectors_kb"] = g.sh(f"cat {q}/max_hw_sectors_kb").strip()
         shown["initiator.queue_depth"] = g.sh(
             f"cat /sys/block/{name}/device/queue_depth").strip()
+        # what the initiator was told of the LUN's cache: "write back" = WCE=1
+        shown["initiator.cache_type"] = g.try_sh(
+            f"cat /sys/block/{name}/device/scsi_disk/*/cache_type")[1].strip()
         return shown
 
     def logout(self) -> None:
