@@ -28,6 +28,9 @@ Parts, each in interleaved rounds, results appended to DIR/results.jsonl as they
 4. ``sync``: streaming-write and vm-mixed-4k (sync writes) without a SLOG, with the
    small extra disk as SLOG, and with sync=disabled on the dataset (the ceiling, never a
    default).
+5. ``probes``: the appliance's own probes through the REST API, local vs nfs on the
+   datastore (size-sweep, randread-4k-qd32, vm-mixed-4k), with the semantics each result
+   records: the probes' like-with-like check (needs an image of this checkout).
 
 ``--iscsi`` also runs bench/iscsi_lun.py's parts in the same boot.
 """
@@ -40,6 +43,7 @@ import re
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -268,6 +272,42 @@ class NfsBench:
         self.g.sh(f"zfs set recordsize=64K logbias=latency {ds}")
         self.fresh_files()
 
+    def part_probes(self, rounds: int) -> None:
+        """The probes themselves through the API (needs an image with this checkout's
+        appliance code): local vs nfs on the datastore, each result's semantics kept.
+        The issue's case: size-sweep's cache-path writes were faster through NFS than
+        locally because they stopped in the NFS client's page cache."""
+        self.use_ganesha({})
+        g = self.g
+        plan = [("size-sweep", {"sizes": "100k,1m,10m", "transfers": 10}),
+                ("randread-4k-qd32", {"size": "128m"}),
+                ("vm-mixed-4k", {"workers": "4", "size": "64m"})]
+        for r in range(rounds):
+            for profile, over in plan:
+                for target in (("local", "nfs") if r % 2 == 0 else ("nfs", "local")):
+                    m = Measurement("probes", target, profile, r)
+                    t0 = time.monotonic()
+                    try:
+                        job = g.api("POST", "/probes", params={"wait": 900}, json={
+                            "profile": profile, "datastore": DATASTORE, "target": target,
+                            "overrides": over})
+                        while job["state"] in ("queued", "running"):
+                            job = g.api("GET", f"/jobs/{job['id']}", params={"wait": 900})
+                        res = g.api("GET", f"/probes/results/{job['result_id']}")
+                        m.summary = dict(res["summary"])
+                        m.semantics = dict(res.get("semantics") or {})
+                        m.cpu_busy_pct = float(res.get("cpu", {}).get("mean_pct") or 0.0)
+                        if res["status"] != "ok":
+                            m.error = str(res.get("error"))[-1500:]
+                    except Exception as exc:
+                        m.error = str(exc)[-1500:]
+                    m.seconds = round(time.monotonic() - t0, 1)
+                    with g.results.open("a") as f:
+                        f.write(json.dumps(asdict(m)) + "\n")
+                    log(f"  probes {profile} {target} r{r}: "
+                        + (m.error[:200] if m.error else json.dumps(
+                            {k: round(v, 2) for k, v in m.summary.items()})))
+
     def part_sync(self) -> None:
         self.use_ganesha({})
         g, ds = self.g, self.dataset
@@ -324,6 +364,14 @@ def report(results: Path, img_dir: Path | None) -> str:
            if (r := ratio(runs, "zfs", p, a, b)) is not None]
     if zfs:
         out.append(ratio_table(zfs, "zfs: dataset property / ZDS's default (ganesha)"))
+    probes = [r for p, m in (("size-sweep", "write_cache_ms"), ("size-sweep", "read_cache_ms"),
+                             ("size-sweep", "write_ms"), ("size-sweep", "read_ms"),
+                             ("randread-4k-qd32", "iops"), ("vm-mixed-4k", "iops"))
+              if (r := ratio(runs, "probes", p, "local", "nfs", m)) is not None]
+    if probes:
+        out.append(ratio_table(probes, "probes through the API, nfs/local with the same "
+                                       "semantics (size-sweep: ms per object, lower is "
+                                       "faster; ratio > 1 = NFS slower)"))
     sync = [r for p in ("streaming-write", "vm-mixed-4k")
             for b in ("slog", "sync-disabled")
             if (r := ratio(runs, "sync", p, "no-slog", b)) is not None]
@@ -352,7 +400,7 @@ def report(results: Path, img_dir: Path | None) -> str:
     return "\n".join(out)
 
 
-DEFAULT_PARTS = "servers,lun,sync,tune,confirm,zfs,lun-tune"
+DEFAULT_PARTS = "servers,lun,sync,probes,tune,confirm,zfs,lun-tune"
 
 
 def run_all(g: Guest, args: argparse.Namespace) -> None:
@@ -381,6 +429,9 @@ def run_all(g: Guest, args: argparse.Namespace) -> None:
             elif part == "zfs":
                 log("part zfs: recordsize, logbias")
                 b.part_zfs(args.tune_rounds)
+            elif part == "probes":
+                log("part probes: the API's own probes, local vs nfs, like with like")
+                b.part_probes(max(1, args.rounds - 1))
             elif part == "sync":
                 log("part sync: no SLOG, SLOG, sync=disabled")
                 b.part_sync()
