@@ -32,7 +32,8 @@ Parts, each in interleaved rounds, results appended to DIR/results.jsonl as they
    datastore (size-sweep, randread-4k-qd32, vm-mixed-4k), with the semantics each result
    records: the probes' like-with-like check (needs an image of this checkout).
 
-``--iscsi`` also runs bench/iscsi_lun.py's parts in the same boot.
+The iSCSI parts of bench/iscsi_lun.py (``lun``, ``lun-tune``) run in the same boot when
+named in ``--parts`` (they are by default); ``--iscsi`` prints their tables too.
 """
 
 from __future__ import annotations
