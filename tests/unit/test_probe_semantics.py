@@ -206,3 +206,19 @@ def test_the_report_shows_semantics_and_warns_on_unlike_pairs() -> None:
     html = render_html([result("a1", "sync"), result("b1", "async")])
     assert "<td>writes</td><td>async</td>" in html.replace(" class='l'", "")
     assert "not like with like: writes differ" in html
+
+
+def test_file_sets_on_a_zvol_run_in_ext4_on_both_targets_with_its_cache_bypassed(
+        client: TestClient, rig: Rig, tmp_path: Path) -> None:
+    probe = Probe(rig, tmp_path, with_devfs=True)
+    _iscsi(client)
+    layers = []
+    for target in ("local", "iscsi"):
+        job = _run(client, profile="varmail", datastore="lun1", target=target,
+                   overrides={"files": 20, "threads": 2, "reads": "disk"})
+        layers.append(client.get(f"/api/v1/probes/results/{job['result_id']}")
+                      .json()["semantics"])
+    assert [(s["layer"], s["reads"], s["writes"]) for s in layers] == [
+        ("fs", "disk", "async"), ("fs", "disk", "async")]
+    assert all(s["phases"][0]["zfs"]["primarycache"] == "metadata" for s in layers)
+    assert [_global(j, "direct") for j, _w in probe.fio.jobs] == ["1", "1"]
