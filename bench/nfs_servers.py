@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -478,14 +479,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results = out / "results.jsonl"
+
+    def stop(_sig: int, _frame: object) -> None:  # SIGTERM: power the VM off, then report
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     print(f"# bench.nfs_servers, {machine_line(False)}; results {results}")
     t0 = time.monotonic()
-    with booted(args.image, extra_disks=(LOG_DISK,)) as vm:
-        g = Guest(vm, results)
-        log("appliance up: " + g.sh("uname -r; zfs version | head -1; "
-                                   "dpkg-query -W -f='${Version}' nfs-ganesha").replace(
-                                       "\n", " "))
-        run_all(g, args)
+    try:
+        with booted(args.image, extra_disks=(LOG_DISK,)) as vm:
+            g = Guest(vm, results)
+            log("appliance up: " + g.sh("uname -r; zfs version | head -1; "
+                                       "dpkg-query -W -f='${Version}' nfs-ganesha").replace(
+                                           "\n", " "))
+            run_all(g, args)
+    except KeyboardInterrupt:
+        log("stopped before the end: the tables hold what was measured")
     print(report(results, img))
     if args.iscsi:
         from bench import iscsi_lun
