@@ -13,8 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api import console
 from api.deps import authorize
-from api.routes import datastores, groups, jobs, pools, system
+from api.routes import datastores, groups, jobs, metrics, pools, system
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -81,24 +82,30 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
 
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
-    protected = [datastores.router, pools.router, groups.router, jobs.router]
+    protected = [datastores.router, pools.router, groups.router, jobs.router, metrics.router]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)
     for router in protected:
         v1.include_router(router, dependencies=[Depends(authorize)])
     app.include_router(v1)
+    app.include_router(metrics.scrape, dependencies=[Depends(authorize)])
+    console.mount(app)  # /ui: static files only; it reads and changes through /api/v1
     return app
 
 
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:
-    """The methods the OpenAPI document lists for the path template matching ``path``."""
-    methods: set[str] = set()
+    """The methods the OpenAPI document lists for the path template matching ``path``
+    (the most specific one: /pools/importable, not /pools/{name})."""
+    matches: list[tuple[int, set[str]]] = []
     for template, ops in app.openapi().get("paths", {}).items():
         pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
         if re.match(pattern, path):
-            methods.update(m.upper() for m in ops)
-    return sorted(methods)
+            matches.append((template.count("{"), {m.upper() for m in ops}))
+    if not matches:
+        return []
+    fewest = min(n for n, _ in matches)
+    return sorted(set().union(*(m for n, m in matches if n == fewest)))
 
 
 HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",

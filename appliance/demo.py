@@ -17,6 +17,8 @@ def demo_engine(state_dir: Path, pool_size: int = 1024 * GiB) -> Engine:
     """A pool ``tank`` of ``pool_size`` and four spare 512 GiB demo disks."""
     hosts = fake_hosts("tank", pool_size, {d: 512 * GiB for d in DEMO_DISKS},
                        hostname="zds-demo")
+    if hosts.iostats is not None:
+        hosts.iostats.synthetic = True  # the console's charts move: made-up I/O
     engine = Engine.create(Settings().with_state_dir(state_dir), hosts.adapters())
     engine.start()
     return engine

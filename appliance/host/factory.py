@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
+from appliance.host.iostats import IoStatsHost
 from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import LioHost
 from appliance.host.local import FakeLocalHost, LocalHost
@@ -52,6 +54,7 @@ class HostAdapters:
     ganesha: GaneshaHost
     local: LocalHost
     probes: ProbeHosts | None = None
+    iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
 
 
 def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
@@ -75,6 +78,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
                runner: Runner | None = None) -> HostAdapters:
     """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
     from appliance.host.ganesha import Ganesha
+    from appliance.host.iostats import IoStats
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
@@ -89,6 +93,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         ganesha=Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address),
         local=RealLocalHost(runner),
         probes=real_probe_hosts(runner),
+        iostats=IoStats(runner, ganesha_dbus_address),
     )
 
 
@@ -105,11 +110,13 @@ class FakeHosts:
     mounter: FakeMounter = field(default_factory=FakeMounter)
     initiator: FakeInitiator = field(default_factory=FakeInitiator)
     devfs: FakeDevFs | None = None
+    iostats: FakeIoStats | None = None
 
     def adapters(self) -> HostAdapters:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
-                                       initiator=self.initiator, devfs=self.devfs))
+                                       initiator=self.initiator, devfs=self.devfs),
+                            iostats=self.iostats)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
@@ -120,5 +127,7 @@ def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
            if pool else FakeZfs())
     for path, size in (disks or {}).items():
         zfs.add_disk(path, size)
-    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=FakeGanesha(),
-                     local=FakeLocalHost(devices=set(disks or {}), name=hostname))
+    ganesha = FakeGanesha()
+    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=ganesha,
+                     local=FakeLocalHost(devices=set(disks or {}), name=hostname),
+                     iostats=FakeIoStats(ganesha, zfs))
