@@ -13,7 +13,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -224,7 +224,9 @@ class ProbeExecutor:
             raise InvalidInput(f"profile {profile.name} needs a target path or device")
         layer = target.io_layer
         plan = phases(profile, params, semantics.requested(params, protocol))
-        if setup is None and any(ph.semantics.reads == "disk" for ph in plan):
+        # asked for by the caller; size-sweep's own disk pass still runs in client mode
+        # (its page cache dropped by fio's invalidate=1), recorded as not from disk below
+        if setup is None and params.get("reads") == "disk":
             raise InvalidInput("reads=disk needs the appliance to keep data out of its ARC "
                                "(primarycache=metadata on the probe's scratch): run it on "
                                "the appliance, target local, nfs or iscsi")
@@ -246,10 +248,16 @@ class ProbeExecutor:
                     eff, notes = semantics.effective(sem, props)
                     record.update(zfs=props, effective=eff.as_dict(), notes=notes)
                 else:
-                    record.update(effective=sem.as_dict(), notes=[
-                        "client mode: the appliance's side (ARC, sync) is as the "
-                        "datastore's ZFS properties make it; an NFS client's direct "
-                        "writes are stable whatever writes= asks"])
+                    notes = ["client mode: the appliance's side (ARC, sync) is as the "
+                             "datastore's ZFS properties make it; an NFS client's direct "
+                             "writes are stable whatever writes= asks"]
+                    eff = sem
+                    if sem.reads == "disk":
+                        eff = replace(sem, reads="cache")
+                        notes.append("no appliance side to set: this pass drops the "
+                                     "client's page cache, but the appliance's ARC may "
+                                     "still serve its reads")
+                    record.update(effective=eff.as_dict(), notes=notes)
                 records.append(record)
                 workdir = self.workroot / (result.id if n == 0 else f"{result.id}-{n}")
                 text = jobfile.render(profile, params,

@@ -173,6 +173,24 @@ def test_client_mode_records_semantics_and_refuses_reads_from_disk(tmp_path: Pat
             raise InvalidInput(r2.error)
 
 
+def test_client_mode_size_sweep_runs_its_disk_pass_and_says_the_arc_may_serve_it(
+        tmp_path: Path) -> None:
+    """size-sweep always has a disk pass; from a client it cannot keep the appliance's
+    ARC out, so it runs (page cache dropped by invalidate=1) and is not recorded as disk."""
+    fio = FakeFio(json_text=(FIX / "fio" / "size-sweep.json").read_text())
+    ex = ProbeExecutor(fio, str(tmp_path / "work"))
+    r = run_on_client(ex, "size-sweep", {"sizes": "100k,1m", "transfers": 8}, "ds1",
+                      path=str(tmp_path), usage=lambda p: (100 << 30, 0),
+                      make_dir=lambda p: Path(p).mkdir(parents=True, exist_ok=True),
+                      remove_tree=lambda p: None)
+    assert r.status == "ok", r.error
+    phases = r.semantics["phases"]
+    assert [p["requested"]["reads"] for p in phases] == ["cache", "disk"]
+    assert [p["effective"]["reads"] for p in phases] == ["cache", "cache"]
+    assert any("ARC may still serve" in n for n in phases[1]["notes"])
+    assert "invalidate=1" in r.extra["jobfile"].split("[w-100k-disk]", 1)[1]
+
+
 def test_compare_says_when_two_results_do_not_mean_the_same_io() -> None:
     def result(rid: str, writes: str, cc: str) -> ProbeResult:
         return ProbeResult(id=rid, profile="vm-mixed-4k", params={}, target={}, settings={},
