@@ -168,6 +168,9 @@ class Appliance:
     # one of them (a failed disk) and with a new one to replace it
     disk_indexes: tuple[int, ...] | None = None
     data_disk_size: int = DATA_DISK_SIZE
+    # further sparse disks as (serial, bytes), outside the zdsdata* set first boot pools:
+    # bench/nfs_servers.py adds a small one (serial zdslog0) as a SLOG
+    extra_disks: tuple[tuple[str, int], ...] = ()
     test_control: bool = False
     memory_mib: int = 4096
     cpus: int = 2
@@ -263,6 +266,13 @@ class Appliance:
             if not p.exists():
                 with p.open("wb") as f:
                     f.truncate(self.data_disk_size)  # sparse
+        for serial, size in self.extra_disks:
+            p = self.state_dir / f"{serial}.raw"
+            if fresh_data:
+                p.unlink(missing_ok=True)
+            if not p.exists():
+                with p.open("wb") as f:
+                    f.truncate(size)
         if not self.token_file.exists() or not TOKEN_RE.match(self.admin_token()):
             self.token_file.unlink(missing_ok=True)
             fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -297,6 +307,10 @@ class Appliance:
                      "-device", (f"scsi-hd,bus=pvscsi0.0,drive=data{i},serial=zdsdata{i}"
                                  if self.hardware == "esxi" else
                                  f"virtio-blk-pci,drive=data{i},serial=zdsdata{i}")]
+        for serial, _size in self.extra_disks:
+            argv += ["-drive", f"if=none,id={serial},file={self.state_dir / f'{serial}.raw'},"
+                               f"format=raw,cache={cache},discard=unmap",
+                     "-device", f"virtio-blk-pci,drive={serial},serial={serial}"]
         ssh_fwd = f",hostfwd=tcp:127.0.0.1:{self.ssh_port}-:22" if self.ssh_port else ""
         if self.ssh_authorized_keys is not None:
             argv += ["-fw_cfg",

@@ -66,6 +66,12 @@ class ProbeResultOut(BaseModel):
     arc: dict[str, Any] | None
     error: str
     extra: dict[str, Any]
+    semantics: dict[str, Any] = Field(
+        default_factory=dict,
+        description="what the I/O meant on this target, made the same for local and "
+                    "nfs/iscsi: reads (cache | disk), writes (sync | async), client_cache "
+                    "(bypassed | used | none), layer, and per phase the fio options and "
+                    "the ZFS properties set on the probe's scratch (docs/probes.md)")
     published: list[dict[str, Any]] = Field(default_factory=list)
 
 

@@ -26,6 +26,15 @@ class NfsMounter(Protocol):
     def umount(self, mountpoint: str) -> None: ...
 
 
+def mount_options(version: int = 3, port: int = 2049, mountport: int = 20048) -> str:
+    """The kernel client's options for the probes' loopback mount (also what
+    bench/nfs_servers.py mounts nfs-ganesha and knfsd with: the same client for both)."""
+    if version == 3:
+        return (f"vers=3,proto=tcp,port={port},mountport={mountport},mountproto=tcp,"
+                "nolock,hard,timeo=600")
+    return f"vers=4.1,proto=tcp,port={port},hard,timeo=600"
+
+
 class NfsClient:
     def __init__(self, runner: Runner) -> None:
         self._runner = runner
@@ -33,11 +42,7 @@ class NfsClient:
     def mount(self, server: str, export_path: str, mountpoint: str, version: int = 3,
               port: int = 2049, mountport: int = 20048) -> None:
         Path(mountpoint).mkdir(parents=True, exist_ok=True, mode=0o700)
-        if version == 3:
-            opts = (f"vers=3,proto=tcp,port={port},mountport={mountport},mountproto=tcp,"
-                    "nolock,hard,timeo=600")
-        else:
-            opts = f"vers=4.1,proto=tcp,port={port},hard,timeo=600"
+        opts = mount_options(version, port, mountport)
         self._runner.run(["mount", "-t", "nfs", "-o", opts, f"{server}:{export_path}",
                           mountpoint], timeout=60)
 

@@ -33,6 +33,8 @@ class Comparison:
     same_profile: bool
     summary: list[MetricDelta]
     steps: dict[str, list[MetricDelta]] = field(default_factory=dict)  # by step label
+    # why the ratio may not compare like with like (different caching or sync semantics)
+    warnings: list[str] = field(default_factory=list)
 
 
 def _deltas(ma: dict[str, float], mb: dict[str, float]) -> list[MetricDelta]:
@@ -53,6 +55,26 @@ def _deltas(ma: dict[str, float], mb: dict[str, float]) -> list[MetricDelta]:
     return out
 
 
+def semantic_warnings(a: ProbeResult, b: ProbeResult) -> list[str]:
+    """What differs between the I/O semantics of two results (none: like with like).
+
+    A ZFS dataset probed locally has no client cache (``none``); it matches a protocol
+    client whose cache is ``bypassed``."""
+    if not a.semantics or not b.semantics:
+        missing = a.id if not a.semantics else b.id
+        return [f"result {missing} has no recorded semantics (run before they were "
+                "recorded): its caching and sync may differ from the other's"]
+    out = []
+    for key in ("reads", "writes", "client_cache"):
+        va, vb = str(a.semantics.get(key, "")), str(b.semantics.get(key, ""))
+        if key == "client_cache":
+            va, vb = (("bypassed" if v == "none" else v) for v in (va, vb))
+        if va != vb:
+            out.append(f"{key} differ: {va} in {a.id}, {vb} in {b.id}; the ratio mixes "
+                       "that difference with the protocol's")
+    return out
+
+
 def compare(a: ProbeResult, b: ProbeResult) -> Comparison:
     steps = {}
     for sa in a.steps:
@@ -60,7 +82,7 @@ def compare(a: ProbeResult, b: ProbeResult) -> Comparison:
         if sb is not None:
             steps[sa.label] = _deltas(sa.metrics, sb.metrics)
     return Comparison(a.id, b.id, a.profile, b.profile, a.profile == b.profile,
-                      _deltas(a.summary, b.summary), steps)
+                      _deltas(a.summary, b.summary), steps, semantic_warnings(a, b))
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -22,7 +22,7 @@ from appliance.errors import InvalidInput, ZdsError
 from appliance.host.fio import FioHost, log_prefix
 from appliance.host.net import EchoServer, Iperf3, tcp_rtt
 from appliance.host.sysstat import CpuSampler, SysStats, arc_delta
-from appliance.probes import fioparse, jobfile, profiles
+from appliance.probes import fioparse, jobfile, profiles, semantics
 from appliance.probes.model import (
     ProbeResult,
     Status,
@@ -31,9 +31,13 @@ from appliance.probes.model import (
     rtt_metrics,
     summarize,
 )
-from appliance.probes.profiles import Profile
+from appliance.probes.profiles import Profile, Step
+from appliance.probes.semantics import Semantics
 
 TARGET_KINDS = ("local", "nfs", "iscsi", "client")
+# Sets the appliance side of one phase's semantics (ZFS properties of the probe's
+# scratch) and returns what it set; None in client mode (the appliance is elsewhere).
+PhaseSetup = Callable[[Semantics], Mapping[str, str]]
 
 
 class CancelToken:
@@ -67,7 +71,11 @@ class CancelToken:
 
 @dataclass(frozen=True)
 class ProbeTarget:
-    """Where a probe runs. fio profiles need ``path``; rtt/net need ``host``."""
+    """Where a probe runs. fio profiles need ``path``; rtt/net need ``host``.
+
+    ``layer`` is what fio does its I/O on (appliance.probes.semantics.Layer): ``zfs`` for
+    a dataset's mountpoint, ``nfs``, ``block``, ``fs``; '' = from kind and is_device.
+    """
 
     kind: str  # local | nfs | iscsi | client
     datastore: str
@@ -75,14 +83,46 @@ class ProbeTarget:
     is_device: bool = False
     host: str = "127.0.0.1"
     details: Mapping[str, Any] = field(default_factory=dict)  # mount source, LUN, client host
+    layer: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in TARGET_KINDS:
             raise InvalidInput(f"target: expected one of {', '.join(TARGET_KINDS)}")
+        if self.layer and self.layer not in semantics.LAYERS:
+            raise InvalidInput(f"layer: expected one of {', '.join(semantics.LAYERS)}")
+
+    @property
+    def io_layer(self) -> str:
+        if self.layer:
+            return self.layer
+        if self.is_device:
+            return "block"
+        return "nfs" if self.kind == "nfs" else "fs"
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "datastore": self.datastore, "path": self.path,
-                "is_device": self.is_device, "host": self.host, **dict(self.details)}
+                "is_device": self.is_device, "host": self.host, "layer": self.io_layer,
+                **dict(self.details)}
+
+
+@dataclass(frozen=True)
+class Phase:
+    """Consecutive steps with the same semantics: one fio run."""
+
+    steps: list[Step]
+    semantics: Semantics
+
+
+def phases(profile: Profile, params: Mapping[str, Any], base: Semantics) -> list[Phase]:
+    """The plan cut where a step's own semantics (Step.io) change."""
+    out: list[Phase] = []
+    for step in profile.plan(dict(params)):
+        sem = semantics.step_semantics(base, step.io)
+        if out and out[-1].semantics == sem:
+            out[-1].steps.append(step)
+        else:
+            out.append(Phase([step], sem))
+    return out
 
 
 def now_iso() -> str:
@@ -132,7 +172,12 @@ class ProbeExecutor:
         settings: Mapping[str, Any] | None = None,
         cancel: CancelToken | None = None,
         result_id: str | None = None,
+        protocol: str = "",
+        setup: PhaseSetup | None = None,
     ) -> ProbeResult:
+        """Runs the profile on ``target``. ``protocol`` (the datastore's: nfs3, nfs41,
+        iscsi) resolves ``writes=auto``; ``setup`` makes each phase's semantics hold on
+        the appliance (see appliance.probes.semantics)."""
         profile = profiles.get(profile_name)
         params = profile.resolve(overrides)
         result = ProbeResult(
@@ -147,7 +192,7 @@ class ProbeExecutor:
             sampler.start()
         try:
             if profile.kind == "fio":
-                self._run_fio(profile, params, target, result, cancel)
+                self._run_fio(profile, params, target, result, cancel, protocol, setup)
             elif profile.kind == "net":
                 self._run_net(profile, params, target, result, cancel)
             else:
@@ -173,18 +218,65 @@ class ProbeExecutor:
 
     # ------------------------------------------------------------------ fio
     def _run_fio(self, profile: Profile, params: dict[str, Any], target: ProbeTarget,
-                 result: ProbeResult, cancel: CancelToken) -> None:
+                 result: ProbeResult, cancel: CancelToken, protocol: str,
+                 setup: PhaseSetup | None) -> None:
         if not target.path:
             raise InvalidInput(f"profile {profile.name} needs a target path or device")
-        workdir = self.workroot / result.id
-        text = jobfile.render(profile, params, jobfile.FioTarget(target.path, target.is_device),
-                              log_prefix=log_prefix(str(workdir)))
-        result.extra["jobfile"] = text
+        layer = target.io_layer
+        plan = phases(profile, params, semantics.requested(params, protocol))
+        # asked for by the caller; size-sweep's own disk pass still runs in client mode
+        # (its page cache dropped by fio's invalidate=1), recorded as not from disk below
+        if setup is None and params.get("reads") == "disk":
+            raise InvalidInput("reads=disk needs the appliance to keep data out of its ARC "
+                               "(primarycache=metadata on the probe's scratch): run it on "
+                               "the appliance, target local, nfs or iscsi")
         with contextlib.suppress(ZdsError):
             result.extra["fio_version"] = self.fio.version()
-        if cancel.cancelled:
-            result.status = "cancelled"
-            return
+        texts: list[str] = []
+        records: list[dict[str, Any]] = []
+        try:
+            for n, ph in enumerate(plan):
+                if cancel.cancelled:
+                    result.status = "cancelled"
+                    return
+                sem = semantics.on_layer(ph.semantics, layer)
+                io = semantics.fio_io(sem, layer)
+                record: dict[str, Any] = {"steps": [s.name for s in ph.steps],
+                                          "requested": sem.as_dict(), "fio": dict(io.options())}
+                if setup is not None:
+                    props = dict(setup(ph.semantics))
+                    eff, notes = semantics.effective(sem, props)
+                    record.update(zfs=props, effective=eff.as_dict(), notes=notes)
+                else:
+                    notes = ["client mode: the appliance's side (ARC, sync) is as the "
+                             "datastore's ZFS properties make it; an NFS client's direct "
+                             "writes are stable whatever writes= asks"]
+                    eff = sem
+                    if sem.reads == "disk":
+                        eff = replace(sem, reads="cache")
+                        notes.append("no appliance side to set: this pass drops the "
+                                     "client's page cache, but the appliance's ARC may "
+                                     "still serve its reads")
+                    record.update(effective=eff.as_dict(), notes=notes)
+                records.append(record)
+                workdir = self.workroot / (result.id if n == 0 else f"{result.id}-{n}")
+                text = jobfile.render(profile, params,
+                                      jobfile.FioTarget(target.path, target.is_device),
+                                      log_prefix=log_prefix(str(workdir)), io=io,
+                                      steps=ph.steps)
+                texts.append(text)
+                if not self._fio_phase(profile, params, text, workdir, ph.steps, result,
+                                       cancel):
+                    return
+        finally:
+            result.extra["jobfile"] = "\n".join(texts)
+            result.semantics = semantics.record(layer, records)
+        if profile.measure_drain and self.sync and result.status == "ok" and not target.is_device:
+            result.extra["drain_s"] = round(self.sync(target.path), 3)
+
+    def _fio_phase(self, profile: Profile, params: dict[str, Any], text: str, workdir: Path,
+                   steps: list[Step], result: ProbeResult, cancel: CancelToken) -> bool:
+        """One fio run; False when the probe must stop (failed or cancelled)."""
         run = self.fio.start(text, str(workdir))
         result.extra["pid"] = run.pid
         cancel.on_cancel(run.cancel)
@@ -195,18 +287,17 @@ class ProbeExecutor:
             result.status = "failed"
             result.error = (out.stderr.strip() or f"fio exited {out.returncode}")[-2000:]
         if out.json_text.strip():
-            self._fill_steps(profile, params, out.json_text, out.logs, result)
+            self._fill_steps(params, out.json_text, out.logs, result, steps)
         elif result.status == "ok":
             result.status = "failed"
             result.error = "fio wrote no results"
-        if profile.measure_drain and self.sync and result.status == "ok" and not target.is_device:
-            result.extra["drain_s"] = round(self.sync(target.path), 3)
+        return result.status == "ok"
 
-    def _fill_steps(self, profile: Profile, params: dict[str, Any], json_text: str,
-                    logs: Mapping[str, str], result: ProbeResult) -> None:
+    def _fill_steps(self, params: dict[str, Any], json_text: str, logs: Mapping[str, str],
+                    result: ProbeResult, steps: list[Step]) -> None:
         report = fioparse.parse_json(json_text)
         runtime = int(params["runtime"]) if "runtime" in params else None
-        for step in profile.plan(params):
+        for step in steps:
             g = report.group(step.name)
             if g is None:  # not reached (cancelled) -> no step
                 continue

@@ -104,6 +104,9 @@ class ProbeResult:
     arc: dict[str, Any] | None = None  # hits, misses, hit_ratio
     error: str = ""
     extra: dict[str, Any] = field(default_factory=dict)  # drain_s, fio_version, jobfile ...
+    # what the I/O meant on this target (client cache, reads, writes; per phase the fio
+    # options and ZFS properties that made it so): appliance.probes.semantics.record
+    semantics: dict[str, Any] = field(default_factory=dict)
 
     @property
     def datastore(self) -> str:

@@ -65,6 +65,9 @@ class Step:
     label: str  # human label, e.g. "workers=4"
     point: Mapping[str, ParamValue]  # the x coordinate(s) of this point
     options: tuple[tuple[str, str], ...] = ()  # fio options of the section, in order
+    # this step's own reads/writes semantics over the probe's (size-sweep's cache and disk
+    # passes), e.g. (("reads", "disk"), ("writes", "sync")): see appliance.probes.semantics
+    io: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,7 +153,18 @@ P_SWEEP = ParamSpec("workers", "int_list", "worker counts to sweep, e.g. 1,3,5,8
 P_BS = ParamSpec("bs", "size", "block size")
 P_BS_LIST = ParamSpec("bs", "size_list", "block sizes to sweep, e.g. 4k,64k,256k")
 P_MIX = ParamSpec("rwmixread", "percent", "percentage of reads in the mix")
-P_DIRECT = ParamSpec("direct", "bool", "O_DIRECT I/O (bypass the client page cache)")
+P_DIRECT = ParamSpec("direct", "bool",
+                     "bypass the client's page cache (NFS client, block device, ext4) as "
+                     "ESXi and KVM cache=none do; no effect on a ZFS dataset, where the "
+                     "ARC is governed by reads=")
+P_READS = ParamSpec("reads", "choice",
+                    "cache: the appliance's ARC may serve reads; disk: the scratch gets "
+                    "primarycache=metadata, every read goes to disk", ("cache", "disk"))
+P_WRITES = ParamSpec("writes", "choice",
+                     "sync: a write completes on stable storage (ZIL/SLOG), as ESXi's NFS "
+                     "writes; async: in the appliance's memory; auto: sync on NFS "
+                     "datastores, async on iSCSI ones (a LUN with a write cache)",
+                     ("auto", "sync", "async"))
 P_ENGINE = ParamSpec("ioengine", "choice", "fio I/O engine",
                      ("libaio", "io_uring", "psync", "posixaio"))
 P_PATTERN = ParamSpec("pattern", "choice", "random or sequential access",
@@ -159,14 +173,14 @@ P_FILES = ParamSpec("files", "int", "number of files in the set")
 P_FILESIZE = ParamSpec("filesize", "size", "size of each file")
 P_THREADS = ParamSpec("threads", "int", "concurrent threads")
 
-_IO_COMMON = (P_RUNTIME, P_RAMP, P_SIZE, P_IODEPTH, P_DIRECT, P_ENGINE)
+_IO_COMMON = (P_RUNTIME, P_RAMP, P_SIZE, P_IODEPTH, P_DIRECT, P_READS, P_WRITES, P_ENGINE)
 
 
 def _io_globals(params: Params) -> list[tuple[str, str]]:
-    """[global] of the time-based block/file profiles."""
+    """[global] of the time-based block/file profiles (direct= and sync= are added by the
+    job file renderer from the target's semantics: appliance.probes.semantics)."""
     return [
         ("ioengine", _s(params, "ioengine")),
-        ("direct", "1" if _b(params, "direct") else "0"),
         ("time_based", "1"),
         ("runtime", str(_i(params, "runtime"))),
         ("ramp_time", str(_i(params, "ramp"))),
@@ -192,7 +206,7 @@ def _sectioned(steps: list[Step]) -> list[Step]:
     out: list[Step] = []
     for n, st in enumerate(steps):
         opts = st.options if n == 0 else (*st.options, ("stonewall", "1"), ("new_group", "1"))
-        out.append(Step(st.name, st.label, st.point, opts))
+        out.append(Step(st.name, st.label, st.point, opts, st.io))
     return out
 
 
@@ -250,22 +264,31 @@ def _size_globals(params: Params) -> list[tuple[str, str]]:
     ]
 
 
+SIZE_SWEEP_PASSES: dict[str, tuple[tuple[str, str], ...]] = {
+    "cache": (("reads", "cache"), ("writes", "async")),
+    "disk": (("reads", "disk"), ("writes", "sync")),
+}
+
+
 def _size_sweep(params: Params) -> list[Step]:
-    """Per object size: write + read from cache (buffered), then write + read from disk.
+    """Per object size: write + read through the cache, then write + read from disk.
 
     One fio I/O is one object (bs = object size), so the completion latency of an I/O
     is the transfer time of one object. ``transfers`` objects per round, ``rounds``
-    rounds (fio loops). The disk pass uses O_DIRECT and invalidates the page cache
-    before it reads; on ZFS the service additionally sets primarycache=metadata on the
-    scratch dataset for that pass so the ARC cannot serve it.
+    rounds (fio loops). The two passes differ only in their semantics (Step.io), which
+    the executor applies on the appliance between them, the same for local and protocol
+    targets: cache = writes complete in the appliance's memory, reads may come from the
+    ARC; disk = every write is stable (ZIL), reads go to disk (primarycache=metadata).
+    The client's page cache is bypassed in both (``direct``), so an NFS "cache" write
+    travels to the appliance like a local one reaches ZFS.
     """
     steps = []
     transfers = _i(params, "transfers")
     rounds = _i(params, "rounds")
-    for size in _l(params, "sizes"):
-        tag = fio_size(size)
-        total = fio_size(size * transfers)
-        for cache in ("cache", "disk"):
+    for cache in ("cache", "disk"):  # one pass after the other: two phases, not 2 x sizes
+        for size in _l(params, "sizes"):
+            tag = fio_size(size)
+            total = fio_size(size * transfers)
             for op in ("write", "read"):
                 opts: list[tuple[str, str]] = [
                     ("rw", op),
@@ -273,16 +296,14 @@ def _size_sweep(params: Params) -> list[Step]:
                     ("size", total),
                     ("filename", f"zds-size-{tag}"),
                     ("loops", str(rounds)),
-                    ("direct", "1" if cache == "disk" else "0"),
                     ("invalidate", "1" if cache == "disk" else "0"),
                 ]
-                if op == "write" and cache == "disk":
-                    opts.append(("end_fsync", "1"))
                 steps.append(Step(
                     f"{op[0]}-{tag}-{cache}",
                     f"{op} {human_size(size)} {cache}",
                     {"size": size, "op": op, "cache": cache},
                     tuple(opts),
+                    SIZE_SWEEP_PASSES[cache],
                 ))
     return _sectioned(steps)
 
@@ -292,7 +313,6 @@ def _size_sweep(params: Params) -> list[Step]:
 def _personality_globals(params: Params) -> list[tuple[str, str]]:
     return [
         ("ioengine", "psync"),
-        ("direct", "1" if _b(params, "direct") else "0"),
         ("time_based", "1"),
         ("runtime", str(_i(params, "runtime"))),
         ("ramp_time", str(_i(params, "ramp"))),
@@ -328,8 +348,8 @@ def _personality(name: str, rw: list[tuple[str, str]], bs: str,
     return plan
 
 
-_PERSONALITY_PARAMS = (P_RUNTIME, P_RAMP, P_FILES, P_FILESIZE, P_THREADS, P_DIRECT,
-                       ParamSpec("iosize", "size", "I/O size (capped at the file size)"))
+_PERSONALITY_PARAMS = (P_RUNTIME, P_RAMP, P_FILES, P_FILESIZE, P_THREADS, P_DIRECT, P_READS,
+                       P_WRITES, ParamSpec("iosize", "size", "I/O size (capped at the file size)"))
 
 
 def _net_plan(params: Params) -> list[Step]:
@@ -346,7 +366,9 @@ def _rtt_plan(params: Params) -> list[Step]:
 
 # ---------------------------------------------------------------- the table
 
-_SHORT: Params = {"runtime": 5, "ramp": 1, "direct": True, "ioengine": "libaio"}
+_SHORT: Params = {"runtime": 5, "ramp": 1, "direct": True, "reads": "cache", "writes": "auto",
+                  "ioengine": "libaio"}
+_IO_SEMANTICS: Params = {"direct": True, "reads": "cache", "writes": "auto"}
 _TR3808 = "NetApp/VMware TR-3808 (Iometer; FC vs iSCSI vs NFS)"
 _FVP = "PernixData FVP blog (fio, 3 hosts, flash cache)"
 _VSAN = "vSAN 3D-VACS paper (Iometer, 16 outstanding I/O)"
@@ -364,8 +386,8 @@ def _vm_mixed(bs_k: int) -> Profile:
                   "the knee of the curve is the datastore's useful capacity",
         reports="IOPS, mean/p99 latency per worker count, appliance CPU %",
         source=_TR3808,
-        params=(P_RUNTIME, P_RAMP, P_SIZE, P_IODEPTH, P_SWEEP, P_MIX, P_DIRECT, P_ENGINE,
-                P_BS),
+        params=(P_RUNTIME, P_RAMP, P_SIZE, P_IODEPTH, P_SWEEP, P_MIX, P_DIRECT, P_READS,
+                P_WRITES, P_ENGINE, P_BS),
         defaults={**_SHORT, "size": 32 << 20, "iodepth": 4, "workers": [1, 2, 4],
                   "rwmixread": 75, "bs": bs_k << 10},
         full={"runtime": 300, "ramp": 300, "size": 1 << 30,
@@ -476,7 +498,8 @@ def _build_table() -> dict[str, Profile]:
             tells_you="where the datastore turns from IOPS-bound to bandwidth-bound",
             reports="(latency ms, IOPS) per block size",
             source=_VSAN,
-            params=(P_RUNTIME, P_RAMP, P_SIZE, P_IODEPTH, P_BS_LIST, P_DIRECT, P_ENGINE),
+            params=(P_RUNTIME, P_RAMP, P_SIZE, P_IODEPTH, P_BS_LIST, P_DIRECT, P_READS,
+                    P_WRITES, P_ENGINE),
             defaults={**_SHORT, "size": 128 << 20, "iodepth": 16,
                       "bs": [4 << 10, 64 << 10, 256 << 10]},
             full={"runtime": 300, "ramp": 60, "size": 10 << 30},
@@ -506,8 +529,10 @@ def _build_table() -> dict[str, Profile]:
                 ParamSpec("sizes", "size_list", "object sizes, e.g. 100k,1m,10m,100m"),
                 ParamSpec("transfers", "int", "objects per round"),
                 ParamSpec("rounds", "int", "rounds (fio loops)"),
+                P_DIRECT,
             ),
-            defaults={"sizes": [100 << 10, 1 << 20, 10 << 20], "transfers": 10, "rounds": 1},
+            defaults={"sizes": [100 << 10, 1 << 20, 10 << 20], "transfers": 10, "rounds": 1,
+                      "direct": True},
             full={"sizes": [100 << 10, 1 << 20, 10 << 20, 100 << 20], "transfers": 100,
                   "rounds": 10},
             plan_fn=_size_sweep,
@@ -533,7 +558,7 @@ def _build_table() -> dict[str, Profile]:
             source=_FB,
             params=_PERSONALITY_PARAMS,
             defaults={"runtime": 5, "ramp": 1, "files": 1000, "filesize": 128 << 10,
-                      "threads": 10, "direct": False, "iosize": 128 << 10},
+                      "threads": 10, **_IO_SEMANTICS, "iosize": 128 << 10},
             full={"runtime": 60, "files": 10000, "threads": 50},
             plan_fn=_personality("fileserver", _rw("random", 33), "iosize"),
             global_fn=_personality_globals,
@@ -549,7 +574,7 @@ def _build_table() -> dict[str, Profile]:
             source=_FB,
             params=_PERSONALITY_PARAMS,
             defaults={"runtime": 5, "ramp": 1, "files": 1000, "filesize": 16 << 10,
-                      "threads": 20, "direct": False, "iosize": 16 << 10},
+                      "threads": 20, **_IO_SEMANTICS, "iosize": 16 << 10},
             full={"runtime": 60, "threads": 100},
             plan_fn=_personality("webserver", _rw("random", 90), "iosize"),
             global_fn=_personality_globals,
@@ -567,7 +592,7 @@ def _build_table() -> dict[str, Profile]:
             source=_FB,
             params=_PERSONALITY_PARAMS,
             defaults={"runtime": 5, "ramp": 1, "files": 1000, "filesize": 16 << 10,
-                      "threads": 8, "direct": False, "iosize": 16 << 10},
+                      "threads": 8, **_IO_SEMANTICS, "iosize": 16 << 10},
             full={"runtime": 60, "threads": 16},
             plan_fn=_personality("varmail", _rw("random", 50), "iosize",
                                  (("fsync", "1"),)),
@@ -584,7 +609,7 @@ def _build_table() -> dict[str, Profile]:
             source=_FB,
             params=_PERSONALITY_PARAMS,
             defaults={"runtime": 5, "ramp": 1, "files": 1000, "filesize": 128 << 10,
-                      "threads": 5, "direct": False, "iosize": 128 << 10},
+                      "threads": 5, **_IO_SEMANTICS, "iosize": 128 << 10},
             full={"runtime": 60, "files": 10000},
             plan_fn=_personality("rfa", _rw("random", 100), "iosize"),
             global_fn=_personality_globals,

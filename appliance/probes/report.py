@@ -90,6 +90,8 @@ def render_html(results: list[ProbeResult], title: str = "ZDS probe report") -> 
             c = compare.compare(group[0], other)
             parts.append(f"<p>b = <code>{_e(other.id)}</code> "
                          f"({_e(other.target.get('kind', ''))}:{_e(other.datastore)})</p>")
+            for w in c.warnings:  # the ratio would not compare like with like
+                parts.append(f"<p class='a'>not like with like: {_e(w)}</p>")
             parts.append(_table(["metric", "a", "b", "b/a", "better"], (
                 [d.metric, d.a, d.b, d.ratio,
                  _Raw(f"<span class='{d.better}'>{_e(d.better)}</span>")]
@@ -105,6 +107,10 @@ def render_html(results: list[ProbeResult], title: str = "ZDS probe report") -> 
         parts.append(f"<p>{_e(r.started_at)} to {_e(r.ended_at)}, status <b>{_e(r.status)}</b>"
                      f"{' - ' + _e(r.error) if r.error else ''}</p>")
         parts.append(_table(["parameter", "value"], ([k, str(v)] for k, v in r.params.items())))
+        if r.semantics:
+            parts.append(_table(["semantics", "value"], (
+                [k, str(r.semantics[k])] for k in ("layer", "client_cache", "reads", "writes",
+                                                   "notes") if k in r.semantics)))
         if r.settings:
             parts.append(_table(["setting", "value"],
                                 ([k, str(v)] for k, v in sorted(r.settings.items()))))

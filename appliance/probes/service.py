@@ -28,7 +28,7 @@ from appliance.host.localfs import DeviceFs
 from appliance.host.zfs import ZfsHost
 from appliance.jobs import JobCancelled, JobContext, JobManager
 from appliance.probes import compare as _compare
-from appliance.probes import plots, profiles, report
+from appliance.probes import plots, profiles, report, semantics
 from appliance.probes.attach import Attacher, DatastoreRef, IscsiSelfAttach, NfsSelfAttach
 from appliance.probes.execute import (
     TARGET_KINDS,
@@ -166,7 +166,8 @@ class ProbeService:
                     target = ProbeTarget(req.target, ref.name, host="127.0.0.1")
                 result = self.executor.run(planned.profile.name, dict(req.overrides), target,
                                            settings=settings, cancel=cancel,
-                                           result_id=probe_id)
+                                           result_id=probe_id, protocol=ref.protocol,
+                                           setup=self._semantics_setup(scratch))
             except ZdsError as exc:
                 result = ProbeResult(
                     id=probe_id, profile=planned.profile.name, params=dict(planned.params),
@@ -201,6 +202,23 @@ class ProbeService:
             self.store.save(result)
             return result
 
+    def _semantics_setup(self, scratch: Scratch | None
+                         ) -> Callable[[semantics.Semantics], dict[str, str]] | None:
+        """Sets one phase's semantics on the scratch (the same for every target of a
+        datastore, so local and nfs/iscsi compare like with like); None without one."""
+        zfs = self.zfs
+        if scratch is None or zfs is None:
+            return None
+        info = zfs.get_dataset(scratch.name)
+        own = {k: info.prop(k) for k in ("sync", "primarycache")} if info else {}
+
+        def setup(sem: semantics.Semantics) -> dict[str, str]:
+            props = semantics.zfs_props(sem, volume=scratch.is_volume, datastore=own)
+            zfs.set_properties(scratch.name, props)
+            return props
+
+        return setup
+
     def _prepare(self, planned: Planned, probe_id: str, settings: dict[str, Any]
                  ) -> tuple[Scratch, ProbeTarget, Attacher | None]:
         if self.scratch is None or self.zfs is None:
@@ -220,8 +238,10 @@ class ProbeService:
         try:
             kind = planned.request.target
             if kind == "local":
+                # straight on the dataset (no client in between) or on the zvol device
                 target = ProbeTarget("local", ref.name, scratch.path, scratch.is_volume,
-                                     details={"scratch": scratch.name})
+                                     details={"scratch": scratch.name},
+                                     layer="block" if scratch.is_volume else "zfs")
             else:
                 attacher = self.attachers[kind]
                 target = attacher.attach(ref, scratch, probe_id)

@@ -39,6 +39,20 @@ def test_nfs_ganesha_and_rpcbind_running(appliance: E2EAppliance) -> None:
     assert ":2049 " in listening and ":20048 " in listening, listening
 
 
+def test_kernel_nfs_server_is_carried_but_masked(appliance: E2EAppliance) -> None:
+    """knfsd is in the image for bench/nfs_servers.py only: masked, not running, and
+    the NFS and mountd ports belong to nfs-ganesha."""
+    appliance.check("test -x /usr/sbin/rpc.nfsd && test -x /usr/sbin/exportfs")
+    _rc, state = appliance.exec("systemctl is-enabled nfs-server.service nfs-mountd.service")
+    assert state.split() == ["masked", "masked"], state
+    _rc, active = appliance.exec("systemctl is-active nfs-server.service")
+    assert active.strip() == "inactive", active
+    _rc, threads = appliance.exec("cat /proc/fs/nfsd/threads 2>/dev/null || echo 0")
+    assert threads.strip() in ("", "0"), threads  # no kernel nfsd threads
+    owners = appliance.check("ss -Htlnp 'sport = :2049 or sport = :20048'")
+    assert owners.count("ganesha") >= 2, owners
+
+
 def test_data_disks_have_their_serials(appliance: E2EAppliance) -> None:
     for i in (0, 1):
         appliance.check(f"test -b /dev/disk/by-id/virtio-zdsdata{i}")

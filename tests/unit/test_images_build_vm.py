@@ -83,6 +83,18 @@ def test_ssh_forward_and_keys_only_when_asked(tmp_path: Path) -> None:
     assert not any(f"{a},".count("-:22,") or "ssh-authorized" in a for a in plain)
 
 
+def test_extra_disks_are_sparse_and_outside_the_first_boot_pool(tmp_path: Path) -> None:
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b",
+                   extra_disks=(("zdslog0", 2 << 30),))
+    argv = vm.qemu_argv(kvm=False)
+    assert "virtio-blk-pci,drive=zdslog0,serial=zdslog0" in argv  # not a zdsdata* serial
+    assert len([a for a in argv if "serial=zdsdata" in a]) == 2
+    vm.base_image.write_bytes(b"")
+    vm.prepare(fresh_data=True)
+    disk = tmp_path / "zdslog0.raw"
+    assert disk.stat().st_size == 2 << 30 and disk.stat().st_blocks == 0  # sparse
+
+
 def test_test_boots_get_the_control_channel(tmp_path: Path) -> None:
     vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b", test_control=True)
     argv = vm.qemu_argv(kvm=True)

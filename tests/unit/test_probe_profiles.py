@@ -119,8 +119,14 @@ def test_size_sweep_plans_cache_and_disk_passes_per_size() -> None:
     assert {s.point["size"] for s in steps} == {100 << 10, 1 << 20, 10 << 20, 100 << 20}
     disk_read = next(s for s in steps if s.name == "r-100m-disk")
     opts = dict(disk_read.options)
-    assert opts["direct"] == "1" and opts["invalidate"] == "1" and opts["loops"] == "10"
+    assert opts["invalidate"] == "1" and opts["loops"] == "10"
     assert opts["bs"] == "100m" and opts["size"] == "10000m"
+    # the passes differ by semantics only (applied on the appliance between two fio
+    # runs), not by fio flags on one side: every cache step first, then every disk step
+    assert "direct" not in opts and "end_fsync" not in opts
+    assert [s.point["cache"] for s in steps] == ["cache"] * 8 + ["disk"] * 8
+    assert dict(steps[0].io) == {"reads": "cache", "writes": "async"}
+    assert dict(disk_read.io) == {"reads": "disk", "writes": "sync"}
 
 
 def test_unknown_profile_is_not_found() -> None:
