@@ -12,7 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from api.deps import authorize
-from api.routes import datastores, groups, jobs, pools, system
+from api.routes import datastores, groups, jobs, policies, pools, system
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -62,7 +62,8 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
 
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
-    protected = [datastores.router, pools.router, groups.router, jobs.router]
+    protected = [datastores.router, pools.router, groups.router, jobs.router,
+                 policies.router, policies.vcenters]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)

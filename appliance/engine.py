@@ -19,6 +19,8 @@ from appliance.context import Context
 from appliance.errors import ZdsError
 from appliance.host.factory import HostAdapters, real_hosts
 from appliance.jobs import JobManager
+from appliance.policies.records import PolicyRecords
+from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
 from appliance.reconciler import Reconciler
 from appliance.services.datastores import DatastoreService
@@ -42,10 +44,15 @@ class Engine:
         self.ctx = ctx
         self.reconciler = Reconciler(ctx)
         self.pools = PoolService(ctx, self.reconciler)
-        self.datastores = DatastoreService(ctx, self.reconciler, self.pools)
+        self.policy_records = PolicyRecords(ctx.store)
+        self.datastores = DatastoreService(ctx, self.reconciler, self.pools,
+                                           protection=self.policy_records.protection)
         self.groups = InitiatorGroupService(ctx, self.reconciler)
         self.snapshots = SnapshotService(ctx, self.reconciler, self.datastores)
-        self.system = SystemService(ctx, self.reconciler)
+        self.policies = PolicyService(ctx, self.policy_records, ctx.hosts.vsphere,
+                                      ctx.hosts.hooks)
+        self.system = SystemService(ctx, self.reconciler,
+                                    checks={"snapshot_policies": self.policies.health})
         self.tokens = TokenService(ctx.store)
         self.probes = probe_service.build(ctx, ctx.hosts.probes)
         self.watcher = Watcher(
@@ -63,7 +70,8 @@ class Engine:
         """An engine on this machine's real ZFS, LIO, ganesha and probe tools."""
         return cls.create(settings, real_hosts(settings.state_dir,
                                                settings.ganesha_exports_dir,
-                                               settings.ganesha_dbus_address))
+                                               settings.ganesha_dbus_address,
+                                               hooks_dir=settings.hooks_dir))
 
     # what callers reach most often
     @property

@@ -61,6 +61,8 @@ class Settings:
     firstboot_demo_disk_size: str = "8G"
     admin_token_file: Path = Path("/etc/zds/admin-token")
     fw_cfg_dir: Path = Path("/sys/firmware/qemu_fw_cfg/by_name/opt/zds")
+    # Snapshot policies' pre/post hooks may run only the programs in this directory.
+    hooks_dir: Path = Path("/etc/zds/hooks")
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -122,5 +124,6 @@ def load_settings(path: Path | None = None) -> Settings:
         firstboot_layout=str(first.get("layout", base.firstboot_layout)),
         firstboot_demo_disk_size=str(first.get("demo_disk_size", base.firstboot_demo_disk_size)),
         admin_token_file=Path(first.get("admin_token_file", base.admin_token_file)),
+        hooks_dir=Path(data.get("policies", {}).get("hooks_dir", base.hooks_dir)),
         extra=data,
     )

@@ -56,8 +56,11 @@ def attach(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
 
 
 @router.get("/{name}/snapshots", response_model=list[schemas.SnapshotOut], tags=["snapshots"])
-def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep) -> list[schemas.SnapshotOut]:
-    return [convert.snapshot_out(v) for v in engine.snapshots.list(name)]
+def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep,
+                   policy: str | None = None) -> list[schemas.SnapshotOut]:
+    """Oldest first, each with the policy that took it and its age; ``policy`` keeps only
+    that policy's snapshots (``policy=`` empty: only those taken by hand)."""
+    return [convert.snapshot_out(v) for v in engine.snapshots.list(name, policy)]
 
 
 @router.post("/{name}/snapshots", status_code=201, response_model=schemas.SnapshotOut,

@@ -14,6 +14,7 @@ from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
+from appliance.host.hooks import FakeHooks, HookHost
 from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import LioHost
 from appliance.host.local import FakeLocalHost, LocalHost
@@ -22,6 +23,7 @@ from appliance.host.net import Iperf3
 from appliance.host.nfsclient import NfsMounter
 from appliance.host.run import Runner
 from appliance.host.sysstat import SysStats
+from appliance.host.vsphere import FakeVsphere, VsphereConnector
 from appliance.host.zfs import ZfsHost
 
 # Properties every pool's root file system gets (VM-tuned; ganesha needs posixacl).
@@ -52,6 +54,8 @@ class HostAdapters:
     ganesha: GaneshaHost
     local: LocalHost
     probes: ProbeHosts | None = None
+    vsphere: VsphereConnector | None = None  # snapshot policies' VMware step
+    hooks: HookHost | None = None  # snapshot policies' pre/post commands
 
 
 def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
@@ -72,12 +76,15 @@ def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
 
 
 def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address: str | None,
-               runner: Runner | None = None) -> HostAdapters:
+               runner: Runner | None = None,
+               hooks_dir: Path = Path("/etc/zds/hooks")) -> HostAdapters:
     """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
     from appliance.host.ganesha import Ganesha
+    from appliance.host.hooks import Hooks
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
+    from appliance.host.vsphere import PyVmomiConnector
     from appliance.host.zfs import Zfs
 
     runner = runner or SubprocessRunner()
@@ -89,6 +96,8 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         ganesha=Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address),
         local=RealLocalHost(runner),
         probes=real_probe_hosts(runner),
+        vsphere=PyVmomiConnector(),
+        hooks=Hooks(runner, hooks_dir),
     )
 
 
@@ -105,11 +114,14 @@ class FakeHosts:
     mounter: FakeMounter = field(default_factory=FakeMounter)
     initiator: FakeInitiator = field(default_factory=FakeInitiator)
     devfs: FakeDevFs | None = None
+    vsphere: FakeVsphere = field(default_factory=FakeVsphere)
+    hooks: FakeHooks = field(default_factory=FakeHooks)
 
     def adapters(self) -> HostAdapters:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
-                                       initiator=self.initiator, devfs=self.devfs))
+                                       initiator=self.initiator, devfs=self.devfs),
+                            vsphere=self.vsphere, hooks=self.hooks)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,

@@ -27,6 +27,10 @@ class SnapshotView:
     used: int
     referenced: int
     clones: list[str]
+    policy: str | None = None  # the snapshot policy that took it (None: by hand)
+    consistency: str | None = None
+    held: bool = False  # a zfs hold keeps it
+    age: float = 0.0  # seconds since it was taken
 
 
 class SnapshotService:
@@ -42,8 +46,10 @@ class SnapshotService:
             raise Conflict(f"datastore {name} is {rec.state}")
         return rec
 
-    def list(self, datastore: str) -> list[SnapshotView]:
+    def list(self, datastore: str, policy: str | None = None) -> list[SnapshotView]:
+        """Oldest first; ``policy``: only those that policy took ('' for manual ones)."""
         rec = self.datastores.record(datastore)
+        now = time.time()
         clones_of: dict[str, list[str]] = {}
         for r in self.ctx.store.list_datastores():
             if r.origin:
@@ -56,7 +62,13 @@ class SnapshotService:
                 created=snap.int_prop("creation"), used=snap.int_prop("used"),
                 referenced=snap.int_prop("referenced"),
                 clones=sorted(clones_of.get(snap.name, [])),
+                policy=snap.prop("zds:policy") or None,
+                consistency=snap.prop("zds:consistency") or None,
+                held=snap.int_prop("userrefs") > 0,
+                age=round(max(0.0, now - snap.int_prop("creation")), 1),
             ))
+        if policy is not None:
+            out = [s for s in out if (s.policy or "") == policy]
         return out
 
     def get(self, datastore: str, name: str) -> SnapshotView:

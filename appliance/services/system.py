@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from appliance import __version__
@@ -36,10 +37,16 @@ class Drift:
     items: list[DriftItem] = field(default_factory=list)
 
 
+# A component health answers from its own records (never a host call): (ok, detail).
+HealthCheck = Callable[[], tuple[bool, str]]
+
+
 class SystemService:
-    def __init__(self, ctx: Context, reconciler: Reconciler) -> None:
+    def __init__(self, ctx: Context, reconciler: Reconciler,
+                 checks: Mapping[str, HealthCheck] | None = None) -> None:
         self.ctx = ctx
         self.reconciler = reconciler
+        self.checks = dict(checks or {})  # more components: snapshot policies...
 
     def version(self) -> dict[str, str]:
         return {"zds": __version__, **self.ctx.local.versions()}
@@ -66,6 +73,9 @@ class SystemService:
             "ganesha": ComponentHealth(st.ganesha_ok, "answering on DBus" if st.ganesha_ok
                                        else "nfs-ganesha not answering on DBus"),
         }
+        for name, check in self.checks.items():
+            ok, detail = check()
+            comps[name] = ComponentHealth(ok, detail)
         known = st.drift_at > 0 and st.drift_error is None
         drift = len(st.drift) if known else -1
         in_sync = known and not st.drift
