@@ -64,6 +64,7 @@ class Snap:
 
     name: str
     created: float
+    order: int = 0  # ZFS's createtxg: orders snapshots taken in the same second
 
 
 def _buckets(tz: ZoneInfo) -> dict[str, Callable[[float], object]]:
@@ -90,8 +91,8 @@ def _buckets(tz: ZoneInfo) -> dict[str, Callable[[float], object]]:
 def select(snaps: Sequence[Snap], keep: Retention,
            tz: ZoneInfo | None = None) -> dict[str, list[str]]:
     """The snapshots to keep, each with the classes that keep it; the others may go.
-    Ties in time are broken by name (the later name is the newer)."""
-    order = sorted(snaps, key=lambda s: (s.created, s.name), reverse=True)
+    Ties in time are broken by ``order`` (createtxg), then by name."""
+    order = sorted(snaps, key=lambda s: (s.created, s.order, s.name), reverse=True)
     reasons: dict[str, list[str]] = {}
     for s in order[:keep.frequent]:
         reasons.setdefault(s.name, []).append("frequent")
@@ -112,4 +113,5 @@ def select(snaps: Sequence[Snap], keep: Retention,
 def expired(snaps: Sequence[Snap], keep: Retention, tz: ZoneInfo | None = None) -> list[Snap]:
     """The snapshots no class keeps, oldest first."""
     kept = select(snaps, keep, tz)
-    return sorted((s for s in snaps if s.name not in kept), key=lambda s: (s.created, s.name))
+    return sorted((s for s in snaps if s.name not in kept),
+                  key=lambda s: (s.created, s.order, s.name))

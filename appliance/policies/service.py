@@ -487,7 +487,8 @@ class PolicyService:
         for r in taken:
             mine = {s.name.split("@", 1)[1]: s for s in existing.get(r.spec.dataset, [])
                     if s.prop(SNAPSHOT_PROPERTY) == spec.name}
-            snaps = [Snap(n, float(s.int_prop("creation"))) for n, s in mine.items()]
+            snaps = [Snap(n, float(s.int_prop("creation")), s.int_prop("createtxg", 1 << 62))
+                     for n, s in mine.items()]
             for old in expired(snaps, spec.retention, tz):
                 info = mine[old.name]
                 full = info.name

@@ -1,0 +1,163 @@
+"""Snapshot policies through the REST API on the fakes: create, run, prune with guards,
+health and the datastore view, bad input that changes nothing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.testclient import TestClient
+
+from tests.unit.conftest import Rig
+
+API = "/api/v1"
+ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
+
+
+def ds(client: TestClient, name: str, protocol: str = "nfs3", **kw: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"protocol": protocol, "size": "1G", **kw}
+    if protocol == "iscsi":
+        body["iscsi"] = {"initiators": [ESX]}
+    r = client.put(f"{API}/datastores/{name}", json=body)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def policy(client: TestClient, name: str, expect: int = 201, **kw: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"schedule": {"every": "15m"}, "retention": {"frequent": 2},
+                            "datastores": {"labels": {"protect": "gold"}}}
+    body.update(kw)
+    r = client.put(f"{API}/snapshot-policies/{name}", json=body)
+    assert r.status_code == expect, r.text
+    return dict(r.json())
+
+
+def run(client: TestClient, name: str, state: str = "succeeded") -> dict[str, Any]:
+    r = client.post(f"{API}/snapshot-policies/{name}/run", params={"wait": 30})
+    assert r.status_code == 202, r.text
+    job = dict(r.json())
+    assert job["state"] == state, job
+    return job
+
+
+def snaps(client: TestClient, datastore: str, **params: str) -> list[dict[str, Any]]:
+    r = client.get(f"{API}/datastores/{datastore}/snapshots", params=params)
+    assert r.status_code == 200, r.text
+    return list(r.json())
+
+
+def test_a_policy_snapshots_its_datastores_in_one_batch_and_prunes(
+        client: TestClient, rig: Rig) -> None:
+    ds(client, "a", labels={"protect": "gold"})
+    ds(client, "b", labels={"protect": "gold"})
+    ds(client, "lun", "iscsi", labels={"protect": "gold"})
+    ds(client, "other")
+    p = policy(client, "hourly")
+    assert p["covered"] == ["a", "b", "lun"] and p["last_run"] is None
+    assert policy(client, "hourly", expect=200) == p, "idempotent PUT"
+    client.post(f"{API}/datastores/a/snapshots", json={"name": "by-hand"})
+    for _ in range(3):
+        job = run(client, "hourly")
+    res = job["result"]
+    assert res["taken"] == 3 and res["datastores"] == ["a", "b", "lun"]
+    assert res["snapshot"].startswith("hourly-") and res["snapshot"].endswith(("Z", "-2", "-3"))
+    assert sorted(res["pruned"]) == ["a", "b", "lun"]
+    mine = snaps(client, "a", policy="hourly")
+    assert len(mine) == 2 and all(s["policy"] == "hourly" for s in mine)
+    assert [s["name"] for s in snaps(client, "a", policy="")] == ["by-hand"]
+    assert snaps(client, "other") == []
+    view = client.get(f"{API}/datastores/a").json()
+    assert view["labels"] == {"protect": "gold"}
+    prot = view["protection"]
+    assert prot["policies"] == ["hourly"] and prot["last_error"] is None
+    assert prot["last_snapshot"] == f"tank/datastores/a@{res['snapshot']}"
+    assert 0 <= prot["age"] < 60
+    health = client.get(f"{API}/system/health").json()
+    assert health["components"]["snapshot_policies"]["ok"] is True
+
+
+def test_pruning_never_takes_a_held_or_cloned_snapshot(client: TestClient, rig: Rig) -> None:
+    ds(client, "a", labels={"protect": "gold"})
+    policy(client, "p", retention={"frequent": 1})
+    first = run(client, "p")["result"]["snapshot"]
+    second = run(client, "p")["result"]["snapshot"]
+    rig.zfs.hold("zds-repl", [f"tank/datastores/a@{second}"])
+    r = client.post(f"{API}/datastores/a/snapshots/{second}/clones", json={"name": "a-copy"})
+    assert r.status_code == 201, r.text
+    assert first not in [s["name"] for s in snaps(client, "a")], "pruned normally"
+    res = run(client, "p")["result"]
+    kept = {k["snapshot"]: k["reason"] for k in res["kept"]["a"]}
+    assert "a clone depends on it (a-copy)" in kept[second]
+    names = [s["name"] for s in snaps(client, "a")]
+    assert second in names and res["snapshot"] in names
+    res = run(client, "p")["result"]
+    assert res["pruned"]["a"] and second in [s["name"] for s in snaps(client, "a")]
+    client.delete(f"{API}/datastores/a-copy", params={"wait": 10, "force": True})
+    res = run(client, "p")["result"]
+    assert "held by zds-repl" in {k["snapshot"]: k["reason"] for k in res["kept"]["a"]}[second]
+    assert [s["held"] for s in snaps(client, "a") if s["name"] == second] == [True]
+
+
+def test_bad_policies_are_refused_and_change_nothing(client: TestClient, rig: Rig) -> None:
+    ds(client, "a")
+    before = list(rig.zfs.iter_names())
+    cases: list[tuple[dict[str, Any], int, str]] = [
+        ({"retention": {"frequent": 0}}, 422, "would keep no snapshot"),
+        ({"datastores": {"names": ["nope"]}}, 404, "datastore 'nope' not found"),
+        ({"datastores": {}}, 422, "covers no datastore"),
+        ({"schedule": {"every": "5s"}}, 422, "from 10 s"),
+        ({"schedule": {"cron": "61 * * * *"}}, 422, "invalid cron"),
+        ({"schedule": {"cron": "0 2 * * *", "timezone": "Mars/Base"}}, 422, "time zone"),
+        ({"schedule": {"every": "1h", "cron": "0 2 * * *"}}, 422, "exactly one"),
+        ({"vmware": {"vcenter": "vc1"}}, 404, "not registered"),
+        ({"hooks": {"pre": ["/bin/sh", "-c", "id"]}}, 422, "hooks directory"),
+        ({"retention": {"daily": -1}}, 422, "retention"),
+    ]
+    for change, code, text in cases:
+        r = client.put(f"{API}/snapshot-policies/p", json={
+            "schedule": {"every": "15m"}, "retention": {"daily": 7},
+            "datastores": {"names": ["a"]}, **change})
+        assert r.status_code == code, (change, r.text)
+        assert text in r.json()["error"]["message"], (change, r.text)
+    assert client.get(f"{API}/snapshot-policies").json() == []
+    assert list(rig.zfs.iter_names()) == before
+
+
+def test_a_full_pool_fails_the_run_loses_nothing_and_shows_in_health(
+        client: TestClient, rig: Rig) -> None:
+    ds(client, "a", labels={"protect": "gold"})
+    policy(client, "p", retention={"frequent": 1})
+    first = run(client, "p")["result"]["snapshot"]
+    avail = rig.zfs.get_dataset("tank")
+    assert avail is not None
+    rig.zfs.write("tank/datastores/a", avail.int_prop("available"))
+    job = run(client, "p", state="failed")
+    assert "no snapshot taken, none deleted" in job["error"]["message"]
+    assert "out of space" in job["error"]["message"]
+    assert [s["name"] for s in snaps(client, "a")] == [first]
+    h = client.get(f"{API}/system/health").json()
+    assert h["status"] == "degraded" and h["components"]["snapshot_policies"]["ok"] is False
+    assert "snapshot policy p failed" in h["message"]
+    prot = client.get(f"{API}/datastores/a").json()["protection"]
+    assert prot["last_snapshot"].endswith(first) and "out of space" in prot["last_error"]
+
+
+def test_hooks_run_around_the_snapshot_and_a_failed_pre_hook_stops_it(
+        client: TestClient, rig: Rig) -> None:
+    rig.hosts.hooks.programs.update({"freeze": (0, "frozen\n", "", 0.1),
+                                     "thaw": (0, "thawed\n", "", 0.1),
+                                     "broken": (2, "", "cannot freeze\n", 0.1)})
+    ds(client, "a", labels={"protect": "gold"})
+    policy(client, "p", hooks={"pre": ["freeze", "--all"], "post": ["thaw"]})
+    res = run(client, "p")["result"]
+    assert [h["phase"] for h in res["hooks"]] == ["pre", "post"]
+    assert res["hooks"][0]["stdout"] == "frozen\n" and res["consistency"] == "hooks"
+    argv, env = rig.hosts.hooks.calls[0]
+    assert argv == ("/etc/zds/hooks/freeze", "--all")
+    assert env["ZDS_POLICY"] == "p" and env["ZDS_DATASTORES"] == "a"
+    assert env["ZDS_SNAPSHOT"] == res["snapshot"]
+    policy(client, "p", expect=200, hooks={"pre": ["broken"], "post": ["thaw"]})
+    job = run(client, "p", state="failed")
+    assert "pre hook failed (exit 2: cannot freeze)" in job["error"]["message"]
+    assert [h["phase"] for h in job["error"]["detail"]["hooks"]] == ["pre", "post"]
+    assert rig.hosts.hooks.calls[-1][0][0].endswith("/thaw"), "post runs after a failed pre"
+    assert len(snaps(client, "a")) == 1
