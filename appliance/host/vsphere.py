@@ -172,7 +172,7 @@ class PyVmomiSession:
             t.CancelTask()
 
     def snapshots(self, vm: str) -> list[str]:
-        snap = self._vm(vm).snapshot
+        snap = getattr(self._vm(vm), "snapshot", None)  # unset (not None) with none left
         names: list[str] = []
 
         def walk(trees: Any) -> None:
@@ -210,8 +210,10 @@ class PyVmomiConnector:
 
         smart_connect: Any = connect.SmartConnect
         try:
+            # an explicit context: pyVim would skip verification for 127.0.0.1 itself
             si = smart_connect(host=host, port=port, user=user, pwd=password,
                               disableSslCertValidation=insecure,
+                              sslContext=None if insecure else ssl.create_default_context(),
                               httpConnectionTimeout=timeout)
         except vim.fault.InvalidLogin:
             raise InvalidInput(f"vSphere at {host}:{port} refused the user name or "
@@ -258,10 +260,14 @@ class _FakeTask:
 
 class FakeVsphere:
     """vCenter in memory: datastores (NFS by path, VMFS by NAA id), VMs on them,
-    ``users`` (user -> password), ``reachable``. Records every snapshot made and removed."""
+    ``users`` (user -> password), ``reachable`` (and ``port``: None answers on any),
+    ``self_signed`` (then only insecure=True connects). Records every snapshot made and
+    removed."""
 
     def __init__(self) -> None:
         self.reachable = True
+        self.port: int | None = None
+        self.self_signed = False
         self.users: dict[str, str] = {}
         self.datastores: list[FakeDatastore] = []
         self.vms: dict[str, FakeVm] = {}
@@ -279,9 +285,13 @@ class FakeVsphere:
 
     def connect(self, host: str, port: int, user: str, password: str, insecure: bool,
                 timeout: float = 20.0) -> VsphereSession:
-        if not self.reachable:
+        if not self.reachable or self.port not in (None, port):
             raise Unavailable(f"vSphere at {host}:{port} is unreachable: [Errno 111] "
                               "Connection refused")
+        if self.self_signed and not insecure:
+            raise InvalidInput(f"the certificate of {host}:{port} does not verify "
+                               "(self-signed certificate); install a trusted one or set "
+                               "insecure=true")
         if self.users.get(user) != password:
             raise InvalidInput(f"vSphere at {host}:{port} refused the user name or "
                                f"password of {user!r}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -91,14 +92,13 @@ def test_hourly_cron_in_new_york_across_both_changes() -> None:
         ["01:00", "03:00", "04:00"]
     autumn = s.slots(ts(2026, 11, 1, 0, 30, NEW_YORK), ts(2026, 11, 1, 3, 30, NEW_YORK))
     # 01:00 happens twice (EDT then EST): an hourly job runs in both, real hours apart
-    assert len(autumn) == 4 and all(b - a == 3600 for a, b in zip(autumn, autumn[1:],
-                                                                  strict=False))
+    assert len(autumn) == 4 and all(b - a == 3600 for a, b in pairwise(autumn))
 
 
 def test_intervals_ignore_dst() -> None:
     s = Schedule.parse(every="1h", timezone="Europe/Berlin")
     slots = s.slots(ts(2026, 3, 28, 23), ts(2026, 3, 29, 4))
-    assert all(b - a == 3600 for a, b in zip(slots, slots[1:], strict=False))
+    assert all(b - a == 3600 for a, b in pairwise(slots))
     assert len(slots) == 5
 
 
