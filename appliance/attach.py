@@ -105,9 +105,10 @@ def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
         f"esxcli storage core adapter rescan --adapter={adapter}",
         f"esxcli storage core device list -d {wwn}",
         f"esxcli storage core device vaai status get -d {wwn}   # ATS, Clone, Delete: supported",
-        "# then create the VMFS datastore on that device in the vSphere client "
-        f"(name it {name})",
     ]
+    if not rec.origin:  # a clone already holds a VMFS: formatting it would lose it
+        esxi.append("# then create the VMFS datastore on that device in the vSphere client "
+                    f"(name it {name})")
     auth = ""
     if chap is not None:
         auth = (f"    <auth type='chap' username={quoteattr(chap.user)}>\n"

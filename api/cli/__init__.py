@@ -12,10 +12,20 @@ import os
 import sys
 from collections.abc import Sequence
 
-from api.cli import datastores, igroups, jobs, local, pools, probes, snapshots, system
+from api.cli import (
+    datastores,
+    igroups,
+    jobs,
+    local,
+    policies,
+    pools,
+    probes,
+    snapshots,
+    system,
+)
 from api.cli.common import DEFAULT_SERVER, REAL, Wiring
 
-GROUPS = (local, datastores, pools, snapshots, igroups, jobs, system, probes)
+GROUPS = (local, datastores, pools, snapshots, igroups, jobs, system, probes, policies)
 
 
 def build_parser() -> argparse.ArgumentParser:

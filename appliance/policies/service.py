@@ -304,11 +304,11 @@ class PolicyService:
                                    job.job_id)
             raise
         warnings = result["warnings"]
+        summary = (f"{result['taken']} snapshot(s) {result['snapshot']}, "
+                   f"{sum(len(v) for v in result['pruned'].values())} pruned")
         self.records.set_state(name, "warning" if warnings else "ok",
-                               "; ".join(warnings) if warnings else
-                               f"{result['taken']} snapshot(s) {result['snapshot']}, "
-                               f"{sum(len(v) for v in result['pruned'].values())} pruned",
-                               job.job_id)
+                               "; ".join(warnings) if warnings else summary, job.job_id)
+        job.progress(1.0, summary + (f"; {len(warnings)} warning(s)" if warnings else ""))
         return result
 
     def _execute(self, job: JobContext, spec: PolicySpec, slot: float) -> dict[str, Any]:
