@@ -215,6 +215,11 @@ class ZfsHost(Protocol):
         (``zfs hold``) or one with clones is ``Conflict`` and then none is destroyed;
         names that do not exist are skipped, but ``NotFound`` if none exists."""
 
+    def destroy_snapshot_recursive(self, root: str, snapname: str) -> None:
+        """``zfs destroy -r root@snapname``: that snapshot of ``root`` and of every
+        dataset below it that has one, in one command, all or none (a held or cloned one
+        is ``Conflict``); ``NotFound`` when no dataset there has it."""
+
     def hold(self, tag: str, snapshots: Sequence[str]) -> None:
         """Puts the user hold ``tag`` on each snapshot (one ``zfs hold``): a held
         snapshot cannot be destroyed. The same tag twice is ``Conflict``, a missing
@@ -913,6 +918,12 @@ class Zfs:
         # `zfs destroy tank/ds/a@s1,s2` is one lzc_destroy_snaps: all or none
         self._run(["zfs", "destroy", f"{_arg_name(dataset)}@{','.join(snapnames)}"],
                   timeout=600)
+
+    def destroy_snapshot_recursive(self, root: str, snapname: str) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", snapname):
+            raise InvalidInput(f"invalid snapshot name {snapname!r}")
+        # one lzc_destroy_snaps for every dataset below root that has @snapname
+        self._run(["zfs", "destroy", "-r", _arg_name(f"{root}@{snapname}")], timeout=600)
 
     @staticmethod
     def _tag(tag: str) -> str:

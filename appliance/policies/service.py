@@ -399,12 +399,7 @@ class PolicyService:
         if vm_report is not None and vm_report.error:
             return result  # keep the older (consistent) snapshots
         job.progress(0.7, "pruning")
-        for r in taken:  # the new snapshots take part in retention
-            existing.setdefault(r.spec.dataset, []).append(DatasetInfo(
-                f"{r.spec.dataset}@{snapname}", "snapshot",
-                {"creation": str(int(now)), SNAPSHOT_PROPERTY: spec.name,
-                 "userrefs": "0", "clones": ""}))
-        self._prune(spec, taken, existing, result, warnings)
+        self._prune(spec, taken, result, warnings)
         result["seconds"] = round(time.monotonic() - t0, 2)
         return result
 
@@ -478,8 +473,55 @@ class PolicyService:
         return todo
 
     def _prune(self, spec: PolicySpec, taken: Sequence[DatastoreRecord],
-               existing: dict[str, builtins.list[DatasetInfo]], result: dict[str, Any],
-               warnings: builtins.list[str]) -> None:
+               result: dict[str, Any], warnings: builtins.list[str]) -> None:
+        """Under the change lock (manual snapshots and clones take it too): a fresh
+        listing, the plan, then one ``zfs destroy -r <pool>/datastores@name`` for each
+        expired name that exists exactly where it is to go (a run names all its snapshots
+        alike, so in steady state that is one command for any number of datastores), and
+        one ``zfs destroy ds@a,b`` per datastore for the rest."""
+        with self.ctx.lock.hold(f"pruning for policy {spec.name}", timeout=JOB_LOCK_WAIT):
+            existing = self._read_snapshots({r.spec.pool for r in taken})
+            plan = self._plan_prune(spec, taken, existing, result)
+            where: dict[str, set[str]] = {}  # snapshot name -> datasets that have it
+            for snaps in existing.values():
+                for s in snaps:
+                    ds, name = s.name.split("@", 1)
+                    where.setdefault(name, set()).add(ds)
+            by_name: dict[str, set[str]] = {}
+            for ds_name, names in plan.items():
+                for n in names:
+                    by_name.setdefault(n, set()).add(ds_name)
+            datasets = {r.name: r.spec.dataset for r in taken}
+            pools = {r.name: r.spec.pool for r in taken}
+            done: dict[str, builtins.list[str]] = {}
+            for name, ds_names in sorted(by_name.items()):
+                targets = {datasets[d] for d in ds_names}
+                pool_set = {pools[d] for d in ds_names}
+                if len(pool_set) == 1 and where.get(name) == targets and len(targets) > 1:
+                    try:
+                        self.ctx.zfs.destroy_snapshot_recursive(
+                            f"{pool_set.pop()}/{DATASTORE_PARENT}", name)
+                    except ZdsError as exc:  # all or none: per datastore below
+                        log.warning("recursive prune of %s: %s", name, exc.message)
+                        continue
+                    for d in ds_names:
+                        done.setdefault(d, []).append(name)
+                        plan[d].remove(name)
+            for ds_name, names in sorted(plan.items()):
+                if not names:
+                    continue
+                try:
+                    self.ctx.zfs.destroy_snapshots(datasets[ds_name], names)
+                    done.setdefault(ds_name, []).extend(names)
+                except ZdsError as exc:
+                    warnings.append(f"pruning {ds_name} failed: {exc.message}")
+        result["pruned"] = {d: sorted(n) for d, n in sorted(done.items())}
+
+    def _plan_prune(self, spec: PolicySpec, taken: Sequence[DatastoreRecord],
+                    existing: dict[str, builtins.list[DatasetInfo]],
+                    result: dict[str, Any]) -> dict[str, builtins.list[str]]:
+        """Per datastore, this policy's snapshots no retention class keeps, less those a
+        clone depends on or a hold keeps (recorded in ``result["kept"]``)."""
         tz = ZoneInfo(spec.schedule.timezone)
         origins = {r.origin: r.name for r in self.ctx.store.list_datastores() if r.origin}
         plan: dict[str, builtins.list[str]] = {}
@@ -508,12 +550,4 @@ class PolicyService:
                 result["kept"].setdefault(ds_name, []).append(
                     {"snapshot": full.split("@", 1)[1],
                      "reason": f"held by {', '.join(tags.get(full, [])) or 'a zfs hold'}"})
-        by_name = {r.name: r for r in taken}
-        for ds_name, names in sorted(plan.items()):
-            rec = by_name[ds_name]
-            try:
-                with self.ctx.lock.hold(f"pruning {ds_name}", timeout=JOB_LOCK_WAIT):
-                    self.ctx.zfs.destroy_snapshots(rec.spec.dataset, names)
-                result["pruned"][ds_name] = names
-            except ZdsError as exc:  # held or cloned since the listing: kept, said so
-                warnings.append(f"pruning {ds_name} failed: {exc.message}")
+        return plan

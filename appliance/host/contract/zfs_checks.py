@@ -361,6 +361,16 @@ def check_snapshot_batch_and_holds(zfs: ZfsHost, pool: str) -> None:
         zfs.destroy_snapshots(names[0], ["b1"])
         assert zfs.list_snapshots(names[0]) == []
         zfs.release("zds-ct", [f"{names[1]}@b1"])
+        # one name across the tree: all or none
+        zfs.snapshot_many([f"{n}@r1" for n in names[1:]])
+        zfs.hold("zds-ct", [f"{names[1]}@r1"])
+        expect(Conflict, zfs.destroy_snapshot_recursive, root, "r1")
+        assert len(zfs.list_snapshots_under(root, ["type"])) == 4  # b1 x2, r1 x2
+        zfs.release("zds-ct", [f"{names[1]}@r1"])
+        zfs.destroy_snapshot_recursive(root, "r1")
+        assert _names(zfs.list_snapshots_under(root, ["type"])) == [
+            f"{names[1]}@b1", f"{names[2]}@b1"]
+        expect(NotFound, zfs.destroy_snapshot_recursive, root, "r1")
     finally:
         for held in zfs.list_snapshots_under(root, ["userrefs"]):
             if held.int_prop("userrefs"):

@@ -850,6 +850,24 @@ class FakeZfs:
         for x in doomed:
             ds.snaps.remove(x)
 
+    def destroy_snapshot_recursive(self, root: str, snapname: str) -> None:
+        self._up()
+        pool = self._pool_of(root)
+        if root not in pool.datasets:
+            raise NotFound(f"cannot open '{root}': dataset does not exist")
+        doomed = [(d, x) for n, d in pool.datasets.items()
+                  if n == root or n.startswith(root + "/") for x in d.snaps if x.name == snapname]
+        if not doomed:
+            raise NotFound("could not find any snapshots to destroy; check snapshot names.")
+        for d, x in doomed:  # all or none
+            if self._clones_of(pool, f"{d.name}@{x.name}"):
+                raise Conflict(f"cannot destroy '{d.name}@{x.name}': snapshot has dependent "
+                               "clones")
+            if x.holds:
+                raise Conflict(f"cannot destroy snapshot {d.name}@{x.name}: dataset is busy")
+        for d, x in doomed:
+            d.snaps.remove(x)
+
     def hold(self, tag: str, snapshots: Sequence[str]) -> None:
         self._up()
         for full in snapshots:  # one at a time, as `zfs hold` does
