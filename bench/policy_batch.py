@@ -9,11 +9,12 @@ builds is counted and carried out on the fake, so the counts are those the appli
 would run. For each N it prints the commands of the first run (nothing to prune yet) and
 of a run in steady state (one snapshot per datastore to prune), and the median run time.
 
-    python -m bench.policy_batch --guest-zfs POOL [--datastores 100]
+    python -m bench.policy_batch --guest-script POOL --datastores 100 | ssh root@APPLIANCE sh
 
-runs on a machine with ZFS (inside the appliance): N scratch file systems under
-POOL/zds-bench, then N snapshots with one ``zfs snapshot`` vs one command each, timed,
-then everything is destroyed.
+prints a shell script for a machine with ZFS (the appliance): N scratch file systems
+under POOL/zds-bench, one batched ``zfs snapshot`` vs one per file system, one ``zfs
+destroy -r`` vs one per file system, timed; then everything is destroyed. The e2e suite
+runs it with ZDS_E2E_BENCH=1 (tests/e2e/test_policies_e2e.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import argparse
 import shlex
 import statistics
-import subprocess
 import tempfile
 import time
 from collections import Counter
@@ -127,35 +127,29 @@ def fmt(c: Counter[str]) -> str:
         + ")"
 
 
-def guest_zfs(pool: str, n: int) -> int:
-    """On a machine with ZFS: one batched zfs snapshot vs one command per dataset."""
+def guest_script(pool: str, n: int) -> str:
+    """A POSIX sh script for a machine with ZFS (the appliance): N scratch file systems
+    under POOL/zds-bench, then N snapshots with one ``zfs snapshot`` vs one command each,
+    and their removal with one ``zfs destroy -r`` vs one command each; prints the times
+    and destroys everything."""
     root = f"{pool}/zds-bench"
-
-    def zfs(*args: str) -> None:
-        subprocess.run(["zfs", *args], check=True, capture_output=True, text=True)
-
-    zfs("create", root)
-    try:
-        for i in range(n):
-            zfs("create", f"{root}/d{i:04d}")
-        names = [f"{root}/d{i:04d}" for i in range(n)]
-        t0 = time.perf_counter()
-        zfs("snapshot", *(f"{d}@batch" for d in names))
-        batch = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for d in names:
-            zfs("snapshot", f"{d}@single")
-        single = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        for d in names:
-            zfs("destroy", f"{d}@batch,single")
-        destroy = time.perf_counter() - t0
-    finally:
-        zfs("destroy", "-r", root)
-    print(f"{n} datasets: one zfs snapshot for all {batch:.2f} s; one per dataset "
-          f"{single:.2f} s ({single / batch:.1f}x); destroy 2 snapshots each, one command "
-          f"per dataset {destroy:.2f} s")
-    return 0
+    return f"""set -e
+root={shlex.quote(root)}; n={int(n)}
+now() {{ date +%s.%N; }}
+zfs create "$root"
+trap 'zfs destroy -r "$root"' EXIT
+i=0; while [ $i -lt $n ]; do zfs create "$root/d$i"; i=$((i+1)); done
+names=""; i=0; while [ $i -lt $n ]; do names="$names $root/d$i@batch"; i=$((i+1)); done
+t0=$(now); zfs snapshot $names; t1=$(now)
+i=0; while [ $i -lt $n ]; do zfs snapshot "$root/d$i@single"; i=$((i+1)); done; t2=$(now)
+zfs destroy -r "$root@batch"; t3=$(now)
+i=0; while [ $i -lt $n ]; do zfs destroy "$root/d$i@single"; i=$((i+1)); done; t4=$(now)
+awk -v n=$n -v a=$t0 -v b=$t1 -v c=$t2 -v d=$t3 -v e=$t4 'BEGIN {{
+  printf "%d datasets: snapshot all in one command %.2f s, ", n, b-a
+  printf "one command each %.2f s (%.1fx)\\n", c-b, (c-b)/(b-a)
+  printf "%d datasets: destroy all in one zfs destroy -r %.2f s, ", n, d-c
+  printf "one command each %.2f s (%.1fx)\\n", e-d, (e-d)/(d-c) }}'
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -164,10 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--datastores", type=int, nargs="+", default=[10, 100, 1000])
     ap.add_argument("--runs", type=int, default=6)
     ap.add_argument("--keep", type=int, default=4)
-    ap.add_argument("--guest-zfs", metavar="POOL")
+    ap.add_argument("--guest-script", metavar="POOL",
+                    help="print the sh script that times the same on a real pool")
     args = ap.parse_args(argv)
-    if args.guest_zfs:
-        return guest_zfs(args.guest_zfs, args.datastores[0])
+    if args.guest_script:
+        print(guest_script(args.guest_script, args.datastores[0]), end="")
+        return 0
     print(f"{'datastores':>10}  {'zfs commands, first run':<48} {'steady-state run':<56} "
           "median run s")
     for n in args.datastores:

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.policy_batch import guest_script
 from tests.e2e.clients import Nfs
 from tests.e2e.conftest import E2EAppliance
 
@@ -175,3 +176,14 @@ def test_6_cleanup(appliance: E2EAppliance, api: httpx.Client) -> None:
         assert job["state"] == "succeeded", job
     appliance.check("rm -f /etc/zds/hooks/e2e-freeze /run/zds-e2e-hook.log")
     assert Path("/").exists()
+
+
+@pytest.mark.skipif(not os.environ.get("ZDS_E2E_BENCH"),
+                    reason="a benchmark, not a test: set ZDS_E2E_BENCH=1 (docs/performance.md)")
+def test_7_bench_one_batched_snapshot_vs_one_per_dataset(appliance: E2EAppliance) -> None:
+    """docs/performance.md: 100 datasets on the real ZFS under emulation."""
+    script = guest_script("tank", 100)
+    out = appliance.check(f"cat > /run/zds-bench.sh <<'ZDS_EOF'\n{script}ZDS_EOF\n"
+                          "sh /run/zds-bench.sh", timeout=1200)
+    print(f"\n[e2e bench] {out.strip()}")
+    assert "snapshot all in one command" in out and "destroy all in one" in out
