@@ -304,8 +304,9 @@ class PolicyService:
                                    job.job_id)
             raise
         warnings = result["warnings"]
-        summary = (f"{result['taken']} snapshot(s) {result['snapshot']}, "
-                   f"{sum(len(v) for v in result['pruned'].values())} pruned")
+        summary = result.get("note") or (
+            f"{result['taken']} snapshot(s) {result['snapshot']}, "
+            f"{sum(len(v) for v in result['pruned'].values())} pruned")
         self.records.set_state(name, "warning" if warnings else "ok",
                                "; ".join(warnings) if warnings else summary, job.job_id)
         job.progress(1.0, summary + (f"; {len(warnings)} warning(s)" if warnings else ""))
@@ -331,7 +332,9 @@ class PolicyService:
             "consistency": None, "pruned": {}, "kept": {}, "hooks": [],
             "vmware": None, "warnings": warnings}
         if not targets:
-            warnings.append("no ready datastore is covered: nothing to snapshot")
+            # a label or 'all' that selects nothing (yet) is not a failure; a named
+            # datastore that is gone is already a warning above
+            result["note"] = "no ready datastore is covered: nothing to snapshot"
             return result
 
         job.progress(0.05, "reading snapshots")

@@ -161,3 +161,39 @@ def test_hooks_run_around_the_snapshot_and_a_failed_pre_hook_stops_it(
     assert [h["phase"] for h in job["error"]["detail"]["hooks"]] == ["pre", "post"]
     assert rig.hosts.hooks.calls[-1][0][0].endswith("/thaw"), "post runs after a failed pre"
     assert len(snaps(client, "a")) == 1
+
+
+def test_a_label_that_selects_nothing_yet_is_not_a_failure(client: TestClient,
+                                                          rig: Rig) -> None:
+    policy(client, "future")
+    res = run(client, "future")["result"]
+    assert res["taken"] == 0 and res["warnings"] == [] and "nothing to snapshot" in res["note"]
+    assert client.get(f"{API}/system/health").json()["components"]["snapshot_policies"]["ok"]
+    ds(client, "later", labels={"protect": "gold"})  # covered without touching the policy
+    assert run(client, "future")["result"]["datastores"] == ["later"]
+    # a named datastore deleted later: the run says so, and health warns
+    policy(client, "named", datastores={"names": ["later"]})
+    job = client.delete(f"{API}/datastores/later", params={"wait": 10}).json()
+    assert job["state"] == "succeeded", job
+    view = client.get(f"{API}/snapshot-policies/named").json()
+    assert view["missing"] == ["later"] and view["covered"] == []
+    res = run(client, "named")["result"]
+    assert "named datastores do not exist: later" in res["warnings"][0]
+    h = client.get(f"{API}/system/health").json()
+    assert not h["components"]["snapshot_policies"]["ok"] and "later" in h["message"]
+
+
+def test_a_new_policy_waits_for_its_next_slot_and_a_disabled_one_never_runs(
+        client: TestClient, rig: Rig) -> None:
+    ds(client, "a", labels={"protect": "gold"})
+    p = policy(client, "p")
+    assert p["next_run"] > p["created"] and p["next_run"] % 900 == 0
+    sched = rig.engine.ctx.scheduler
+    assert sched.tick() == [], "the slot before the policy existed is not run"
+    policy(client, "p", expect=200, enabled=False)
+    assert sched.tasks() == [] and client.get(f"{API}/snapshot-policies/p").json()[
+        "next_run"] is None
+    r = client.post(f"{API}/snapshot-policies/p/run")
+    assert r.status_code == 409 and "disabled" in r.json()["error"]["message"]
+    assert client.delete(f"{API}/snapshot-policies/p").status_code == 204
+    assert client.get(f"{API}/snapshot-policies/p").status_code == 404
