@@ -197,3 +197,33 @@ def test_a_new_policy_waits_for_its_next_slot_and_a_disabled_one_never_runs(
     assert r.status_code == 409 and "disabled" in r.json()["error"]["message"]
     assert client.delete(f"{API}/snapshot-policies/p").status_code == 204
     assert client.get(f"{API}/snapshot-policies/p").status_code == 404
+
+
+def test_a_datastore_in_two_policies_each_prunes_only_its_own(client: TestClient,
+                                                             rig: Rig) -> None:
+    ds(client, "a", labels={"protect": "gold"})
+    ds(client, "b", labels={"protect": "gold"})
+    policy(client, "fast", retention={"frequent": 1})
+    policy(client, "slow", retention={"frequent": 3}, datastores={"names": ["a"]})
+    for _ in range(3):
+        run(client, "fast")
+        run(client, "slow")
+    assert len(snaps(client, "a", policy="fast")) == 1
+    assert len(snaps(client, "a", policy="slow")) == 3
+    assert len(snaps(client, "b", policy="fast")) == 1 and snaps(client, "b", policy="slow") == []
+    calls: list[tuple[str, ...]] = []
+    for method in ("destroy_snapshot_recursive", "destroy_snapshots"):
+        real = getattr(rig.zfs, method)
+
+        def spy(*args: Any, _real: Any = real, _name: str = method) -> Any:
+            calls.append((_name, *args))
+            return _real(*args)
+
+        setattr(rig.zfs, method, spy)
+    res = run(client, "fast")["result"]
+    # both datastores drop the same expired name: one recursive destroy does it
+    assert res["pruned"] == {"a": [res["pruned"]["a"][0]], "b": res["pruned"]["a"]}
+    assert calls == [("destroy_snapshot_recursive", "tank/datastores",
+                      res["pruned"]["a"][0])]
+    prot = client.get(f"{API}/datastores/a").json()["protection"]
+    assert prot["policies"] == ["fast", "slow"] and "@fast-" in prot["last_snapshot"]
