@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import os
+import shlex
 import time
 from typing import Any
 
@@ -97,8 +98,8 @@ def body_of(args: argparse.Namespace) -> dict[str, Any]:
         body["vmware"] = {"vcenter": args.vcenter, "quiesce": not args.no_quiesce,
                           "timeout": args.vmware_timeout}
     if args.pre or args.post:
-        body["hooks"] = {"pre": args.pre.split() if args.pre else [],
-                         "post": args.post.split() if args.post else [],
+        body["hooks"] = {"pre": shlex.split(args.pre) if args.pre else [],
+                         "post": shlex.split(args.post) if args.post else [],
                          "timeout": args.hook_timeout}
     return body
 
@@ -166,7 +167,8 @@ def register(sub: Any) -> None:
     put.add_argument("--vcenter", help="quiesce VMs through this registered vCenter")
     put.add_argument("--no-quiesce", action="store_true")
     put.add_argument("--vmware-timeout", type=float, default=300)
-    put.add_argument("--pre", help="pre hook: program (in /etc/zds/hooks) and arguments")
+    put.add_argument("--pre", help="pre hook: program (in /etc/zds/hooks) and arguments, "
+                                   "split like a shell would (no shell runs it)")
     put.add_argument("--post", help="post hook")
     put.add_argument("--hook-timeout", type=float, default=60)
     p.set_defaults(func=cmd_policy)
