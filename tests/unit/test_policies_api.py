@@ -227,3 +227,26 @@ def test_a_datastore_in_two_policies_each_prunes_only_its_own(client: TestClient
                       res["pruned"]["a"][0])]
     prot = client.get(f"{API}/datastores/a").json()["protection"]
     assert prot["policies"] == ["fast", "slow"] and "@fast-" in prot["last_snapshot"]
+
+
+def test_a_clone_says_how_to_mount_it(client: TestClient, rig: Rig) -> None:
+    ds(client, "nfs1")
+    ds(client, "lun1", "iscsi")
+    for name in ("nfs1", "lun1"):
+        assert client.post(f"{API}/datastores/{name}/snapshots",
+                           json={"name": "s1"}).status_code == 201
+    nfs = client.post(f"{API}/datastores/nfs1/snapshots/s1/clones",
+                      json={"name": "nfs1-restore"}).json()
+    notes = " ".join(nfs["attach"]["notes"])
+    assert "clone of snapshot tank/datastores/nfs1@s1" in notes
+    assert "registervm /vmfs/volumes/nfs1-restore/" in notes and "qemu-img convert" in notes
+    assert any("--share=/tank/datastores/nfs1-restore" in c for c in nfs["attach"]["esxi"])
+    lun = client.post(f"{API}/datastores/lun1/snapshots/s1/clones",
+                      json={"name": "lun1-restore"}).json()
+    esxi = lun["attach"]["esxi"]
+    assert "esxcli storage vmfs snapshot resignature --volume-label=lun1" in esxi
+    assert not any("create the VMFS datastore" in c for c in esxi), "never format a clone"
+    assert lun["iscsi"]["wwn"] in " ".join(lun["attach"]["notes"])
+    plain = client.get(f"{API}/datastores/lun1").json()["attach"]["esxi"]
+    assert any("create the VMFS datastore" in c for c in plain)
+    assert not any("resignature" in c for c in plain)
