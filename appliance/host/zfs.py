@@ -201,8 +201,9 @@ class ZfsHost(Protocol):
                       properties: Mapping[str, str] | None = None) -> None:
         """Takes every ``dataset@snap`` of ``names`` with one ``zfs snapshot`` per pool:
         ZFS takes the snapshots of one pool atomically (one transaction group, all or
-        none). A missing dataset is ``NotFound``, a name that exists ``Conflict``; then
-        none of that pool's snapshots is taken."""
+        none). A missing dataset is ``NotFound``, a name that exists ``Conflict``, two
+        snapshots of one dataset ``InvalidInput`` (zfs 2.3: "multiple snapshots of same
+        fs not allowed"); then none of that pool's snapshots is taken."""
 
     def list_snapshots_under(self, root: str,
                              properties: Sequence[str]) -> list[DatasetInfo]:
@@ -322,6 +323,7 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   cannot hold snapshot 'tank/fs@s': tag already exists on this dataset
 #   cannot release hold from snapshot 'tank/fs@s': no such tag on this dataset
 #   could not find any snapshots to destroy; check snapshot names.
+#   cannot create snapshots : multiple snapshots of same fs not allowed
 #   cannot rollback to 'tank/fs@s1': more recent snapshots or bookmarks exist
 #   cannot create 'tank/v': out of space
 #   cannot set property for 'tank/v': size is greater than available space
@@ -351,7 +353,8 @@ _INVALID = ("invalid", "bad property value", "bad numeric value", "bad volume si
             "property cannot", "too long", "not supported", "can not be set",
             "can not be modified", "operation does not apply to pools", "too small",
             "must be an absolute path", "read-only property", "doesn't apply",
-            "not applicable", "out of range", "not a valid", "must be a block device")
+            "not applicable", "out of range", "not a valid", "must be a block device",
+            "multiple snapshots of same fs")
 
 
 def classify_error(exc: CommandError) -> ZdsError:

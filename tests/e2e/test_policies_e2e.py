@@ -117,8 +117,7 @@ def test_2_a_short_interval_policy_snapshots_a_labelled_datastore(
 
 def test_3_a_clone_of_a_policy_snapshot_serves_that_moment(
         appliance: E2EAppliance, api: httpx.Client, nfs: Nfs) -> None:
-    nfs.put(state["path"], "vm.vmdk.new", os.urandom(1024))  # the datastore moves on
-    nfs.put(state["path"], "vm.vmdk", os.urandom(64 * 1024))
+    nfs.put(state["path"], "after.bin", os.urandom(1024))  # the datastore moves on
     clone = ok(api.post(f"/datastores/{DS}/snapshots/{state['first']}/clones",
                         json={"name": "pol01-restore",
                               "nfs": {"clients": [{"match": HOST_AS_SEEN}]}}), 201)
@@ -127,6 +126,8 @@ def test_3_a_clone_of_a_policy_snapshot_serves_that_moment(
     assert f"--share={clone['nfs']['path']}" in esxi
     assert any("is a clone of snapshot" in n for n in clone["attach"]["notes"])
     assert nfs.get(clone["nfs"]["path"], "vm.vmdk") == state["v1"]
+    listing = nfs.ls(clone["nfs"]["path"]).stdout
+    assert "vm.vmdk" in listing and "after.bin" not in listing, listing
     # a replication-like hold on the same snapshot: it outlives retention too
     appliance.check(f"zfs hold zds-e2e tank/datastores/{DS}@{state['first']}")
 

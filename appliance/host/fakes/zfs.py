@@ -808,8 +808,9 @@ class FakeZfs:
                 if any(x.name == snapname for x in ds.snaps):
                     raise Conflict(f"cannot create snapshot '{dsname}@{snapname}': dataset "
                                    "already exists")
-            if len(set(batch)) != len(batch):
-                raise InvalidInput("the same snapshot is named twice")
+            if len({dsname for dsname, _ in batch}) != len(batch):
+                raise InvalidInput("cannot create snapshots : multiple snapshots of same fs "
+                                   "not allowed")
             if self._pool_avail(self._pools[pool]) <= 0:
                 raise InsufficientSpace(f"cannot create snapshots in pool '{pool}': out of "
                                         "space")
