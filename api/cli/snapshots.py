@@ -29,6 +29,10 @@ def cmd_snapshot(args: argparse.Namespace) -> int:
                                  f"({'serving' if d['serving'] else 'not serving'})",
                                  "# ESXi", *d["attach"]["esxi"], "# notes",
                                  *d["attach"]["notes"]]))
+    elif args.snap_cmd in ("hold", "release"):
+        method = "PUT" if args.snap_cmd == "hold" else "DELETE"
+        out(args, c.call(method, f"{base}/{args.name}/holds/{args.tag}"),
+            lambda tags: f"{args.name} held by: {', '.join(tags) or '(nothing)'}")
     elif args.snap_cmd == "delete":
         c.call("DELETE", f"{base}/{args.name}")
         out(args, {"deleted": args.name}, lambda d: f"deleted {d['deleted']}")
@@ -55,6 +59,11 @@ def register(sub: Any) -> None:
         if name == "rollback":
             x.add_argument("--destroy-newer", action="store_true")
             x.add_argument("--force", action="store_true")
+    for name in ("hold", "release"):
+        h = ssub.add_parser(name, help=f"{name} a zfs hold (a held snapshot is never pruned)")
+        h.add_argument("datastore")
+        h.add_argument("name")
+        h.add_argument("--tag", default="keep")
     cl = ssub.add_parser("clone", help="a new datastore from a snapshot, with how to mount it")
     cl.add_argument("datastore")
     cl.add_argument("name")

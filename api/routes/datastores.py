@@ -83,6 +83,29 @@ def delete_snapshot(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep
     return Response(status_code=204)
 
 
+@router.get("/{name}/snapshots/{snapshot}/holds", response_model=list[str],
+            tags=["snapshots"])
+def list_holds(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep) -> list[str]:
+    """The ``zfs hold`` tags on the snapshot (replication, backups, or a person)."""
+    return engine.snapshots.holds(name, snapshot)
+
+
+@router.put("/{name}/snapshots/{snapshot}/holds/{tag}", response_model=list[str],
+            tags=["snapshots"])
+def hold(name: str, snapshot: str, tag: str, engine: EngineDep,
+         _: PrincipalDep) -> list[str]:
+    """Pins the snapshot: no policy prunes it, and it cannot be deleted, until released
+    (409 if that tag holds it already). Answers the tags now on it."""
+    return engine.snapshots.hold(name, snapshot, tag)
+
+
+@router.delete("/{name}/snapshots/{snapshot}/holds/{tag}", response_model=list[str],
+               tags=["snapshots"])
+def release(name: str, snapshot: str, tag: str, engine: EngineDep,
+            _: PrincipalDep) -> list[str]:
+    return engine.snapshots.release(name, snapshot, tag)
+
+
 @router.post("/{name}/snapshots/{snapshot}/rollback", response_model=schemas.SnapshotOut,
              tags=["snapshots"])
 def rollback(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep,

@@ -250,3 +250,22 @@ def test_a_clone_says_how_to_mount_it(client: TestClient, rig: Rig) -> None:
     plain = client.get(f"{API}/datastores/lun1").json()["attach"]["esxi"]
     assert any("create the VMFS datastore" in c for c in plain)
     assert not any("resignature" in c for c in plain)
+
+
+def test_a_hold_through_the_api_pins_a_snapshot(client: TestClient, rig: Rig) -> None:
+    ds(client, "a", labels={"protect": "gold"})
+    policy(client, "p", retention={"frequent": 1})
+    first = run(client, "p")["result"]["snapshot"]
+    base = f"{API}/datastores/a/snapshots/{first}/holds"
+    assert client.put(f"{base}/keep").json() == ["keep"]
+    assert client.put(f"{base}/keep").status_code == 409
+    assert client.put(f"{base}/Bad Tag").status_code == 422
+    r = client.delete(f"{API}/datastores/a/snapshots/{first}")
+    assert r.status_code == 409 and "release the hold" in r.json()["error"]["message"]
+    run(client, "p")
+    assert first in [s["name"] for s in snaps(client, "a")], "held: not pruned"
+    assert client.get(base).json() == ["keep"]
+    assert client.delete(f"{base}/keep").json() == []
+    assert client.delete(f"{base}/keep").status_code == 404
+    run(client, "p")
+    assert first not in [s["name"] for s in snaps(client, "a")], "released: pruned"
