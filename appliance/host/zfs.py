@@ -27,6 +27,9 @@ a device in use or missing ``Conflict``/``NotFound``; a malformed name, property
 - ``PoolStatus.scan`` is '' until the first scrub.
 - ``list_datasets`` is sorted by name; ``list_snapshots`` of a missing dataset is
   ``NotFound``; ``get_dataset`` of a missing name is ``None``.
+- ``snapshot_many`` is all or none per pool, one snapshot per dataset; a held snapshot
+  (``hold``; ``userrefs`` > 0) cannot be destroyed (``Conflict``, not retried), and
+  ``destroy_snapshots``/``destroy_snapshot_recursive`` are all or none.
 """
 
 from __future__ import annotations
