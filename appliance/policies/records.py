@@ -141,7 +141,10 @@ class PolicyRecords:
         out: dict[str, Protection] = {}
         for rec in records:
             covering = [p.name for p in policies if p.covers(rec)]
-            mine = by_ds.get(rec.name, [])
+            # rows of an earlier datastore of the same name (deleted, made again) do not
+            # speak for this one
+            mine = [r for r in by_ds.get(rec.name, [])
+                    if max(r["last_ok"] or 0, r["last_error_at"] or 0) >= rec.created]
             if not covering and not mine:
                 continue
             ok = max((r for r in mine if r["last_ok"]), key=lambda r: float(r["last_ok"]),
