@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from api import console
 from api.deps import authorize
-from api.routes import datastores, groups, jobs, policies, pools, system
+from api.routes import datastores, groups, jobs, metrics, policies, pools, system
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -51,6 +54,23 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
         return JSONResponse(status_code=exc.status, headers=headers, content={
             "error": {"code": exc.code, "message": exc.message, "detail": exc.detail}})
 
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # what the framework itself refuses (a body that is not JSON, an unknown path,
+        # a method a path does not have) in the same envelope as everything else
+        code = HTTP_CODES.get(exc.status_code, "http_error")
+        message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 400 and "parsing the body" in message:
+            message = "the request body is not valid JSON"
+        if exc.status_code == 405:
+            # Starlette names only the first route matching the path; a path served by
+            # several routes (GET, PUT, DELETE /datastores/{name}) allows them all
+            headers["Allow"] = ", ".join(_allowed_methods(app, request.url.path))
+            message = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
+        return JSONResponse(status_code=exc.status_code, headers=headers, content={
+            "error": {"code": code, "message": message, "detail": {}}})
+
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}"
@@ -63,14 +83,35 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
     protected = [datastores.router, pools.router, groups.router, jobs.router,
-                 policies.router, policies.vcenters]
+                 metrics.router, policies.router, policies.vcenters]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)
     for router in protected:
         v1.include_router(router, dependencies=[Depends(authorize)])
     app.include_router(v1)
+    app.include_router(metrics.scrape, dependencies=[Depends(authorize)])
+    console.mount(app)  # /ui: static files only; it reads and changes through /api/v1
     return app
+
+
+def _allowed_methods(app: FastAPI, path: str) -> list[str]:
+    """The methods the OpenAPI document lists for the path template matching ``path``
+    (the most specific one: /pools/importable, not /pools/{name})."""
+    matches: list[tuple[int, set[str]]] = []
+    for template, ops in app.openapi().get("paths", {}).items():
+        pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
+        if re.match(pattern, path):
+            matches.append((template.count("{"), {m.upper() for m in ops}))
+    if not matches:
+        return []
+    fewest = min(n for n, _ in matches)
+    return sorted(set().union(*(m for n, m in matches if n == fewest)))
+
+
+HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+              405: "method_not_allowed", 409: "conflict", 413: "too_large",
+              415: "unsupported_media_type", 422: "invalid_input"}
 
 
 def _optional_router(module: str) -> APIRouter | None:

@@ -69,6 +69,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
         attach=s.AttachBody(**asdict(attach)) if attach else None,
         labels=dict(spec.labels),
         protection=s.ProtectionOut(**asdict(v.protection)) if v.protection else None,
+        warnings=list(v.warnings),
     )
 
 
@@ -98,7 +99,8 @@ def pool_out(v: PoolView) -> s.PoolOut:
     i = v.info
     out = s.PoolOut(name=i.name, health=i.health, size=i.size, allocated=i.allocated,
                     free=i.free, fragmentation=i.fragmentation, capacity=i.capacity,
-                    demo=v.demo, datastores=v.datastores)
+                    demo=v.demo, datastores=v.datastores, promised=v.promised,
+                    overcommit=v.overcommit)
     if v.status is not None:
         out.status, out.action = v.status.status, v.status.action
         out.scan, out.errors = v.status.scan, v.status.errors

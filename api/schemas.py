@@ -151,6 +151,9 @@ class DatastoreOut(BaseModel):
     attach: AttachBody | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     protection: ProtectionOut | None = None
+    warnings: list[str] = Field(default_factory=list,
+                                description="said in the answer to the PUT that caused it, "
+                                            "e.g. the pool is overcommitted")
 
 
 # --- snapshots ----------------------------------------------------------------------
@@ -243,11 +246,30 @@ class PoolOut(BaseModel):
     capacity: int
     demo: bool
     datastores: list[str]
+    promised: int = Field(description="bytes the pool's datastores are promised (sizes)")
+    overcommit: float = Field(description="thin datastores may promise up to this many "
+                                          "times the pool's capacity (PATCH to change)")
     status: str | None = None
     action: str | None = None
     scan: str | None = None
     errors: str | None = None
     vdevs: VdevOut | None = None
+
+
+class DiskOperation(Strict):
+    disk: str = Field(description="a pool disk as GET /pools/{name} shows it (a name, or the "
+                                  "number ZFS shows for a disk that is gone), or its path",
+                      examples=["virtio-zdsdata1"])
+    new_disk: str | None = Field(default=None,
+                                 description="replace, attach: the path of an unused disk",
+                                 examples=["/dev/disk/by-id/virtio-zdsdata2"])
+    force: bool = Field(default=False, description="replace, attach: zpool's -f")
+
+
+class PoolPatch(Strict):
+    overcommit: float = Field(ge=1.0, le=1000.0, examples=[20.0],
+                              description="how many times its capacity the pool's thin "
+                                          "datastores may promise")
 
 
 # --- jobs ---------------------------------------------------------------------------
@@ -280,6 +302,13 @@ class PoolProblemOut(BaseModel):
     action: str = Field(description="what zpool status says to do")
 
 
+class FillAlertOut(BaseModel):
+    pool: str
+    percent: int
+    level: Literal["warning", "critical", "full"] = Field(
+        description="80% warning, 90% critical, 95% full")
+
+
 class HealthOut(BaseModel):
     status: Literal["ok", "degraded", "down", "starting"]
     components: dict[str, ComponentOut]
@@ -291,6 +320,7 @@ class HealthOut(BaseModel):
     started_at: float = Field(description="unix time the API finished restoring every "
                                           "export and LUN at start-up (0: still starting)")
     pools: list[PoolProblemOut] = Field(description="pools that are not ONLINE")
+    alerts: list[FillAlertOut] = Field(description="pools 80/90/95% full")
     message: str = Field(description="what is wrong, in words ('' when ok)")
 
 

@@ -29,6 +29,8 @@ def demo_engine(state_dir: Path, pool_size: int = 1024 * GiB) -> Engine:
     # hook programs "installed" in /etc/zds/hooks: (exit status, stdout, stderr, seconds)
     hosts.hooks.programs.update({"freeze-db": (0, "flushed and locked 2 databases\n", "", 0.2),
                                  "thaw-db": (0, "unlocked 2 databases\n", "", 0.1)})
+    if hosts.iostats is not None:
+        hosts.iostats.synthetic = True  # the console's charts move: made-up I/O
     engine = Engine.create(Settings().with_state_dir(state_dir), hosts.adapters())
     engine.start()
     return engine

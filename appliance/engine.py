@@ -19,6 +19,7 @@ from appliance.context import Context
 from appliance.errors import ZdsError
 from appliance.host.factory import HostAdapters, real_hosts
 from appliance.jobs import JobManager
+from appliance.metrics import service as metrics_service
 from appliance.policies.records import PolicyRecords
 from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
@@ -55,6 +56,7 @@ class Engine:
                                     checks={"snapshot_policies": self.policies.health})
         self.tokens = TokenService(ctx.store)
         self.probes = probe_service.build(ctx, ctx.hosts.probes)
+        self.metrics = metrics_service.build(ctx, ctx.hosts.iostats, self.probes)
         self.watcher = Watcher(
             self.reconciler, lambda: self.datastores.finish_interrupted(("deleting",)),
             ctx.settings.health_interval, ctx.settings.reconcile_interval)

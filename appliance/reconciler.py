@@ -104,6 +104,24 @@ class PoolProblem:
 
 
 @dataclass(frozen=True)
+class FillAlert:
+    pool: str
+    percent: int  # of the pool in use
+    level: str  # warning (80%) | critical (90%) | full (95%)
+
+
+# Fill levels (percent of a pool) health alerts at, highest first.
+FILL_LEVELS = ((95, "full"), (90, "critical"), (80, "warning"))
+
+
+def fill_alert(pool: str, percent: int) -> FillAlert | None:
+    for threshold, level in FILL_LEVELS:
+        if percent >= threshold:
+            return FillAlert(pool, percent, level)
+    return None
+
+
+@dataclass(frozen=True)
 class Status:
     """What the last check saw; health answers from it without touching the host."""
 
@@ -113,6 +131,7 @@ class Status:
     zfs_ok: bool = False
     zfs_detail: str = "not checked yet"
     pool_problems: tuple[PoolProblem, ...] = ()
+    fill_alerts: tuple[FillAlert, ...] = ()
     lio_ok: bool = False
     ganesha_ok: bool = False
     drift_at: float = 0.0  # when drift was last computed (0: never)
@@ -371,6 +390,7 @@ class Reconciler:
         ``zpool status`` of a pool that is not ONLINE), LIO present, ganesha answering."""
         zfs = self.ctx.zfs
         problems: list[PoolProblem] = []
+        alerts: list[FillAlert] = []
         if zfs.available():
             zfs_ok, detail = True, "pools online"
             try:
@@ -378,6 +398,8 @@ class Reconciler:
             except ZdsError as exc:
                 pools, zfs_ok, detail = [], False, exc.message
             for p in pools:
+                if (alert := fill_alert(p.name, p.capacity)) is not None:
+                    alerts.append(alert)
                 if p.health == "ONLINE":
                     continue
                 status = action = ""
@@ -394,7 +416,8 @@ class Reconciler:
         lio_ok = self.ctx.lio.available()
         ganesha_ok = self.ctx.ganesha.available()
         self._update(checked_at=time.time(), zfs_ok=zfs_ok, zfs_detail=detail,
-                     pool_problems=tuple(problems), lio_ok=lio_ok, ganesha_ok=ganesha_ok)
+                     pool_problems=tuple(problems), fill_alerts=tuple(alerts),
+                     lio_ok=lio_ok, ganesha_ok=ganesha_ok)
         return self._status
 
     def refresh_drift(self) -> None:

@@ -12,6 +12,8 @@ Every key has a default, so a missing file means "defaults". Example::
     exports_dir = "/var/lib/zds/ganesha"
     [iscsi]
     iqn_prefix = "iqn.2026-11.io.zds"
+    [metrics]
+    interval = 10      # seconds between collections; 0 turns the collector off
     [firstboot]
     pool = "tank"
     disks = ["/dev/disk/by-id/virtio-zdsdata*"]
@@ -51,8 +53,11 @@ class Settings:
     health_interval: float = 10.0
     # Seconds a request waits for the change lock before a 503 "busy".
     lock_timeout: float = 60.0
-    # Thin datastores may be promised up to this multiple of the pool's capacity.
-    max_overcommit: float = 1.0
+    # Seconds between metrics collections (0: no collector). [metrics] interval
+    metrics_interval: float = 10.0
+    # Thin datastores may be promised up to this multiple of a pool's capacity (a pool's
+    # own zds:overcommit property wins; PATCH /pools/{name} sets it).
+    max_overcommit: float = 20.0
     # Address put into attach instructions when the request does not tell one.
     public_address: str | None = None
     firstboot_pool: str = "tank"
@@ -115,7 +120,9 @@ def load_settings(path: Path | None = None) -> Settings:
         ganesha_dbus_address=ganesha.get("dbus_address") or None,
         iqn_prefix=str(iscsi.get("iqn_prefix", base.iqn_prefix)),
         iscsi_portal=(host or "0.0.0.0", int(port or 3260)),
-        max_overcommit=float(data.get("datastores", {}).get("max_overcommit", 1.0)),
+        max_overcommit=float(data.get("datastores", {}).get("max_overcommit",
+                                                            base.max_overcommit)),
+        metrics_interval=float(data.get("metrics", {}).get("interval", base.metrics_interval)),
         reconcile_interval=float(api.get("reconcile_interval", base.reconcile_interval)),
         health_interval=float(api.get("health_interval", base.health_interval)),
         lock_timeout=float(api.get("lock_timeout", base.lock_timeout)),

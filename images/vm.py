@@ -40,7 +40,9 @@ OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
 GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260}
 HEALTH_PATH = "/api/v1/system/health"
-DATA_DISK_SIZE = 8 * 1024**3
+# Sparse: they take host space only as ZFS writes. 64 GiB each gives the default pool room
+# for the README's examples (thin datastores may promise 20x a pool's capacity).
+DATA_DISK_SIZE = 64 * 1024**3
 
 
 # The API's token format (appliance/services/tokens.py): zds_<12 hex id>_<43 char secret>.
@@ -162,6 +164,9 @@ class Appliance:
     base_image: Path
     ports: Ports = field(default_factory=Ports)
     data_disks: int = 2
+    # which zdsdata<i> disks are attached (default 0 .. data_disks-1): tests boot without
+    # one of them (a failed disk) and with a new one to replace it
+    disk_indexes: tuple[int, ...] | None = None
     data_disk_size: int = DATA_DISK_SIZE
     test_control: bool = False
     memory_mib: int = 4096
@@ -170,6 +175,7 @@ class Appliance:
     # "esxi": VMXNET3 NIC and data disks on PVSCSI like the OVA; the system disk goes on
     # SATA because this host's OVMF has no PVSCSI boot driver (ESXi's EFI firmware has one).
     hardware: str = "virtio"
+    last_health: str = field(default="", repr=False)  # the last health body seen
     _ctl: socket.socket | None = field(default=None, repr=False)
     _ctl_buf: bytes = field(default=b"", repr=False)
     _ctl_id: int = field(default=0, repr=False)
@@ -213,6 +219,10 @@ class Appliance:
             f.write_text(f"{uuid.uuid4()}\n")
         return f.read_text().strip()
 
+    def attached_disks(self) -> tuple[int, ...]:
+        return self.disk_indexes if self.disk_indexes is not None \
+            else tuple(range(self.data_disks))
+
     def disk_path(self, i: int) -> Path:
         return self.state_dir / f"zdsdata{i}.raw"
 
@@ -225,7 +235,7 @@ class Appliance:
         """
         self.state_dir.mkdir(parents=True, exist_ok=True)
         old_data = not fresh_data and any(self.disk_path(i).exists()
-                                          for i in range(self.data_disks))
+                                          for i in self.attached_disks())
         base_rec = self.state_dir / "base-image"
         base = str(self.base_image.resolve())
         if not fresh_system and base_rec.exists() and base_rec.read_text() != base:
@@ -241,7 +251,7 @@ class Appliance:
             old_data = False
         if not (self.state_dir / "ovmf-vars.fd").exists():
             shutil.copy(OVMF_VARS, self.state_dir / "ovmf-vars.fd")
-        for i in range(self.data_disks):
+        for i in self.attached_disks():
             p = self.disk_path(i)
             if fresh_data:
                 p.unlink(missing_ok=True)
@@ -276,7 +286,7 @@ class Appliance:
                      "-device", "pvscsi,id=pvscsi0"]
         else:
             argv += ["-device", "virtio-blk-pci,drive=sys,bootindex=0"]
-        for i in range(self.data_disks):
+        for i in self.attached_disks():
             argv += ["-drive", f"if=none,id=data{i},file={self.disk_path(i)},format=raw,"
                                f"cache={cache},discard=unmap",
                      "-device", (f"scsi-hd,bus=pvscsi0.0,drive=data{i},serial=zdsdata{i}"
@@ -385,12 +395,16 @@ class Appliance:
             return None
 
     def wait_healthy(self, timeout: float = 900.0) -> float:
-        """Waits until the health endpoint answers 200; returns the seconds waited."""
+        """Waits until the health endpoint answers 200 (ok, or degraded: a pool with a
+        missing disk still serves); returns the seconds waited. 503 means starting or
+        ZFS down. The last answer is kept in ``last_health``."""
         t0 = time.monotonic()
         while time.monotonic() - t0 < timeout:
             if self.pid() is None:
                 raise VmError(f"QEMU exited; see {self.serial_log}")
             h = self.health()
+            if h is not None:
+                self.last_health = h[1]
             if h is not None and h[0] == 200:
                 return time.monotonic() - t0
             time.sleep(2)
@@ -523,7 +537,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         return 1
     token = app.admin_token()
     print(f"""
-ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).
+ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).{_health_line(app)}
   API        {app.api_url}  (self-signed certificate)
   token      {token}
   NFS        127.0.0.1:{app.ports.nfs} (mountd {app.ports.mountd})
@@ -542,6 +556,17 @@ listed, see the console and import it through the API:
   curl -k -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/importable
   curl -k -X POST -H 'Authorization: Bearer {token}' {app.api_url}/api/v1/pools/NAME/import""")
     return 0
+
+
+def _health_line(app: Appliance) -> str:
+    """'' when all is well; else the state and what to do (a degraded pool, drift...)."""
+    try:
+        h = json.loads(app.last_health)
+    except ValueError:
+        return ""
+    if h.get("status") == "ok":
+        return ""
+    return f"\n  HEALTH     {h.get('status', '?').upper()}: {h.get('message', '')}"
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

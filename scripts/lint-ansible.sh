@@ -49,7 +49,7 @@ expected = {
     "iqn_prefix": "iqn.2026-11.io.zds", "iscsi_portal": ("0.0.0.0", 3260),
     "firstboot_pool": "tank", "firstboot_disks": ("/dev/disk/by-id/virtio-zdsdata*",),
     "firstboot_layout": "mirror", "firstboot_demo_disk_size": "8G",
-    "admin_token_file": Path("/etc/zds/admin-token"), "max_overcommit": 1.0,
+    "admin_token_file": Path("/etc/zds/admin-token"), "max_overcommit": 20.0,
 }
 wrong = {k: (getattr(s, k), v) for k, v in expected.items() if getattr(s, k) != v}
 if wrong:

@@ -16,6 +16,8 @@ host_packages=(
   nfs-ganesha nfs-ganesha-vfs rpcbind dbus iproute2
   # probes
   fio iperf3
+  # the web console's browser tests (selenium drives Debian's headless Chromium)
+  chromium chromium-driver
   # image build and boot
   mmdebstrap qemu-system-x86 qemu-utils ovmf dosfstools mtools fdisk e2fsprogs
   systemd-boot-efi zstd

@@ -12,7 +12,7 @@ echo "== ruff"; ruff check appliance api tests images bench
 echo "== mypy"; mypy
 if [ -x scripts/lint-ansible.sh ]; then echo "== ansible"; bash scripts/lint-ansible.sh; fi
 
-suites=(tests/unit tests/integration tests/e2e)
+suites=(tests/unit tests/fuzz tests/integration tests/e2e)
 [ $# -gt 0 ] && suites=("$@")
 echo "== pytest ${suites[*]}"
 set +e

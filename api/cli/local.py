@@ -46,7 +46,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     engine = demo_engine(Path(args.state_dir or tempfile.mkdtemp(prefix="zds-demo-")))
     token = engine.tokens.create("demo", "admin")
     print(f"ZDS demo API (in-memory fakes, nothing is stored on disk devices)\n"
-          f"  http://{args.host}:{args.port}/docs\n  token: {token}", flush=True)
+          f"  http://{args.host}:{args.port}/docs\n  console: http://{args.host}:{args.port}/ui\n"
+          f"  token: {token}", flush=True)
     uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -10,12 +10,17 @@ from api import convert, schemas
 from appliance.engine import Engine
 from appliance.jobs import Job
 
+# "content" is explicit so a route whose own answer is HTML or an image still documents
+# its errors as JSON
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": schemas.ErrorResponse, "description": text}
+    code: {"model": schemas.ErrorResponse, "description": text,
+           "content": {"application/json": {}}}
     for code, text in [
+        (400, "the body is not valid JSON"),
         (401, "missing or invalid token"), (403, "readonly token"),
         (404, "not found"), (409, "conflict: in use, name clash, no space"),
-        (422, "invalid input"), (503, "ZFS, LIO or ganesha unavailable"),
+        (422, "invalid input"),
+        (503, "ZFS, LIO or ganesha unavailable, or busy with another change (retry)"),
     ]
 }
 

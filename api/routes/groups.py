@@ -21,7 +21,8 @@ def get_group(name: str, engine: EngineDep, _: PrincipalDep) -> schemas.GroupOut
     return convert.group_out(engine.groups.get(name))
 
 
-@router.put("/{name}", response_model=schemas.GroupOut)
+@router.put("/{name}", response_model=schemas.GroupOut,
+            responses={201: {"model": schemas.GroupOut, "description": "created"}})
 def put_group(name: str, body: schemas.GroupPut, response: Response, engine: EngineDep,
               _: PrincipalDep) -> schemas.GroupOut:
     """Changes apply at once to every LUN that uses the group."""

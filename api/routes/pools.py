@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter
 
 from api import convert, schemas
@@ -25,6 +27,26 @@ def importable(engine: EngineDep, _: PrincipalDep) -> list[str]:
 def get_pool(name: str, engine: EngineDep, _: PrincipalDep) -> schemas.PoolOut:
     """Health, space, fragmentation, the vdev tree with error counters, last scan."""
     return convert.pool_out(engine.pools.get(name))
+
+
+@router.post("/{name}/disks/{action}", status_code=202, response_model=schemas.JobOut)
+def disk_operation(name: str, action: Literal["offline", "online", "replace", "attach",
+                                              "detach"],
+                   body: schemas.DiskOperation, engine: EngineDep, _: PrincipalDep,
+                   wait: WaitQuery = 0) -> schemas.JobOut:
+    """Take a disk offline or online, replace a failed disk (resilver), attach a disk to
+    make a mirror, detach one from a mirror. The job waits for the resilver and reports
+    its progress; GET /pools/{name} shows each disk's state."""
+    return job_response(engine, engine.pools.disk(name, action, body.disk, body.new_disk,
+                                                  body.force), wait)
+
+
+@router.patch("/{name}", response_model=schemas.PoolOut)
+def patch_pool(name: str, body: schemas.PoolPatch, engine: EngineDep,
+               _: PrincipalDep) -> schemas.PoolOut:
+    """Pool settings ZDS keeps with the pool (``zds:*`` properties): the overcommit
+    limit of its thin datastores. 409 below what its datastores already promise."""
+    return convert.pool_out(engine.pools.set_overcommit(name, body.overcommit))
 
 
 @router.post("", status_code=202, response_model=schemas.JobOut)

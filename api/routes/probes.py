@@ -18,6 +18,8 @@ from appliance.probes.model import ProbeResult
 from appliance.probes.service import ProbeRequest, submit
 from appliance.probes.store import ResultFilter
 
+MAX_OFFSET = 1 << 31  # SQLite takes 64-bit integers; nobody pages that far
+
 router = APIRouter(prefix="/probes", tags=["probes"], responses=ERRORS)
 
 
@@ -114,7 +116,7 @@ def list_results(
     target: str | None = None, status: str | None = None,
     since: str | None = None, until: str | None = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     series: bool = False,
 ) -> list[ProbeResultOut]:
     """Newest first; time series left out unless ``series=true``."""

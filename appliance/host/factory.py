@@ -9,12 +9,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from appliance.host.fakes.ganesha import FakeGanesha
+from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
 from appliance.host.hooks import FakeHooks, HookHost
+from appliance.host.iostats import IoStatsHost
 from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import LioHost
 from appliance.host.local import FakeLocalHost, LocalHost
@@ -56,6 +58,7 @@ class HostAdapters:
     probes: ProbeHosts | None = None
     vsphere: VsphereConnector | None = None  # snapshot policies' VMware step
     hooks: HookHost | None = None  # snapshot policies' pre/post commands
+    iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
 
 
 def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
@@ -81,6 +84,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
     """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
     from appliance.host.ganesha import Ganesha
     from appliance.host.hooks import Hooks
+    from appliance.host.iostats import IoStats
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
@@ -98,6 +102,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         probes=real_probe_hosts(runner),
         vsphere=PyVmomiConnector(),
         hooks=Hooks(runner, hooks_dir),
+        iostats=IoStats(runner, ganesha_dbus_address),
     )
 
 
@@ -116,12 +121,14 @@ class FakeHosts:
     devfs: FakeDevFs | None = None
     vsphere: FakeVsphere = field(default_factory=FakeVsphere)
     hooks: FakeHooks = field(default_factory=FakeHooks)
+    iostats: FakeIoStats | None = None
 
     def adapters(self) -> HostAdapters:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
                                        initiator=self.initiator, devfs=self.devfs),
-                            vsphere=self.vsphere, hooks=self.hooks)
+                            vsphere=self.vsphere, hooks=self.hooks,
+                            iostats=self.iostats)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
@@ -132,5 +139,7 @@ def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
            if pool else FakeZfs())
     for path, size in (disks or {}).items():
         zfs.add_disk(path, size)
-    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=FakeGanesha(),
-                     local=FakeLocalHost(devices=set(disks or {}), name=hostname))
+    ganesha = FakeGanesha()
+    return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=ganesha,
+                     local=FakeLocalHost(devices=set(disks or {}), name=hostname),
+                     iostats=FakeIoStats(ganesha, zfs))

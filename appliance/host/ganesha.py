@@ -160,8 +160,40 @@ class ClientActivity:
 #          }
 #       }
 #    ]
+_FAST_ROW = re.compile(
+    r'      struct \{\n         uint16 (\d+)\n         string "([^"\n]*)"\n'
+    r'         struct \{\n((?:            struct \{\n               string "[^"\n]*"\n'
+    r'               boolean (?:true|false)\n            \}\n)*)         \}\n'
+    r'         struct \{\n            uint64 (\d+)\n            uint64 (\d+)\n'
+    r'         \}\n      \}\n')
+_FAST_FLAG = re.compile(r'string "([^"\n]*)"\n               boolean true')
+_FAST_HEAD = re.compile(r'^(?:method return[^\n]*\n)?   struct \{\n      uint64 (\d+)\n'
+                        r'      uint64 (\d+)\n   \}\n   array \[\n')
+
+
+def _fast_show_exports(text: str) -> tuple[float, list[ExportActivity]] | None:
+    """The common layout of a ShowExports reply (ganesha 4.x/5.x via dbus-send), read
+    with regular expressions: ~10x faster than the generic parser, which matters at
+    thousands of exports. None when the text is laid out any other way."""
+    head = _FAST_HEAD.match(text)
+    if head is None:
+        return None
+    pos, rows = head.end(), []
+    while (m := _FAST_ROW.match(text, pos)) is not None:
+        used = frozenset(_FAST_FLAG.findall(m.group(3)))
+        rows.append(ExportActivity(int(m.group(1)), m.group(2), used,
+                                   int(m.group(4)) + int(m.group(5)) / 1e9))
+        pos = m.end()
+    if text[pos:].strip() != "]":
+        return None
+    return int(head.group(1)) + int(head.group(2)) / 1e9, rows
+
+
 def parse_show_exports(text: str) -> tuple[float, list[ExportActivity]]:
     """ShowExports -> (stats epoch, rows). The last (tt) of a row is its last request."""
+    fast = _fast_show_exports(text)
+    if fast is not None:
+        return fast
     values = parse_dbus_reply(text)
     stamp, rows = values[0], values[1]
     out: list[ExportActivity] = []
@@ -496,9 +528,11 @@ class Ganesha:
     # -- GaneshaHost -----------------------------------------------------------------------
 
     def available(self) -> bool:
+        """org.freedesktop.DBus.Peer.Ping, which libdbus answers for ganesha: a constant
+        cost, where ShowExports grows with the number of exports."""
         try:
-            self._show_exports()
-        except Unavailable:
+            self._call(EXPORT_MGR, "org.freedesktop.DBus.Peer.Ping")
+        except (Unavailable, GaneshaRefused):
             return False
         return True
 

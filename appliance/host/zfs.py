@@ -162,6 +162,24 @@ class ZfsHost(Protocol):
 
     def scrub(self, pool: str) -> None: ...
 
+    def offline_device(self, pool: str, device: str) -> None:
+        """``zpool offline``; the last copy of some data cannot go (Conflict)."""
+
+    def online_device(self, pool: str, device: str) -> None:
+        """``zpool online``: back in service, resilvering what it missed."""
+
+    def replace_device(self, pool: str, device: str, new_device: str,
+                       force: bool = False) -> None:
+        """``zpool replace``: resilvers onto ``new_device``; ``device`` may be a path, a
+        name as ``zpool status`` shows it, or the GUID of a device that is gone."""
+
+    def attach_device(self, pool: str, device: str, new_device: str,
+                      force: bool = False) -> None:
+        """``zpool attach``: ``new_device`` mirrors ``device`` (a disk becomes a mirror)."""
+
+    def detach_device(self, pool: str, device: str) -> None:
+        """``zpool detach``: from a mirror only (Conflict otherwise)."""
+
     def export_pool(self, pool: str) -> None: ...
 
     def import_pool(self, pool: str, force: bool = False) -> None: ...
@@ -289,6 +307,18 @@ def _arg_name(name: str) -> str:
     return name
 
 
+_DEVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:+-]*")
+
+
+def device_arg(device: str, path: bool = False) -> str:
+    """A pool member as zpool takes it: an absolute device path, or (``path=False``) a
+    name as ``zpool status`` shows it / a numeric GUID of a device that is gone."""
+    if _DEVICE.fullmatch(device) or (not path and _DEVICE_NAME.fullmatch(device)):
+        return device
+    raise InvalidInput(f"invalid device {device!r}: an absolute path"
+                       + ("" if path else ", a name as zpool status shows it, or a GUID"))
+
+
 def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
     out: list[str] = []
     for key, value in props.items():
@@ -333,6 +363,11 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   cannot set property for 'tank/fs': 'volblocksize' is readonly
 #   cannot create 'tank/fs': invalid property 'nosuch'
 #   cannot create 'tank/v': volume size must be a multiple of volume block size
+#   cannot offline /var/tmp/ex/d0.img: no valid replicas
+#   cannot detach /var/tmp/ex/d0.img: only applicable to mirror and replacing vdevs
+#   cannot replace nosuch with /var/tmp/ex/d2.img: no such device in pool
+#   cannot attach /var/tmp/ex/d3.img to /var/tmp/ex/d0.img: can only attach to mirrors
+#     and top-level disks
 #   The ZFS modules cannot be auto-loaded.
 #   Try running 'modprobe zfs' as root to manually load them.
 _UNAVAILABLE = ("modules are not loaded", "failed to initialize the libzfs library",
@@ -344,6 +379,8 @@ _CONFLICT = ("already exists", "is part of", "is in use", "contains a filesystem
              "clones of previous snapshots", "less than current used or reserved",
              "device or resource busy", "currently scrubbing", "pool or dataset exists",
              "reserved as a hot spare", "in use as a cache", "currently resilvering",
+             "no valid replicas", "only applicable to mirror", "can only attach to mirrors",
+             "already in replacing", "device is too small", "devices have different sector",
              "is read-only", "has active shared spare", "in use from another system",
              "accessed by another system")
 _NOT_FOUND = ("does not exist", "no such pool", "no such tag", "no such device", "no such file",
@@ -752,6 +789,25 @@ class Zfs:
 
     def export_pool(self, pool: str) -> None:
         self._run(["zpool", "export", _arg_name(pool)], timeout=300)
+
+    def offline_device(self, pool: str, device: str) -> None:
+        self._run(["zpool", "offline", _arg_name(pool), device_arg(device)])
+
+    def online_device(self, pool: str, device: str) -> None:
+        self._run(["zpool", "online", _arg_name(pool), device_arg(device)])
+
+    def replace_device(self, pool: str, device: str, new_device: str,
+                       force: bool = False) -> None:
+        self._run(["zpool", "replace", *(["-f"] if force else []), _arg_name(pool),
+                   device_arg(device), device_arg(new_device, path=True)], timeout=300)
+
+    def attach_device(self, pool: str, device: str, new_device: str,
+                      force: bool = False) -> None:
+        self._run(["zpool", "attach", *(["-f"] if force else []), _arg_name(pool),
+                   device_arg(device), device_arg(new_device, path=True)], timeout=300)
+
+    def detach_device(self, pool: str, device: str) -> None:
+        self._run(["zpool", "detach", _arg_name(pool), device_arg(device)])
 
     def _dir_args(self) -> list[str]:
         """``-d DIR`` for every existing directory matching ``import_dirs`` (globs allowed,

@@ -99,6 +99,9 @@ class ProbeService:
         self.devfs = devfs
         self.mount_root = mount_root.rstrip("/")
         self._cleaned: set[str] = set()
+        # called with (datastore, probe id) after fio ends, before the scratch, its export
+        # or LUN go away (the metrics collector takes its last reading of them)
+        self.before_cleanup: list[Callable[[str, str], None]] = []
 
     # ----------------------------------------------------------------- catalogue
     @staticmethod
@@ -172,6 +175,11 @@ class ProbeService:
                     settings=settings, started_at=started, ended_at=now_iso(),
                     status="cancelled" if cancel.cancelled else "failed", error=exc.message)
             finally:
+                for hook in self.before_cleanup:
+                    try:
+                        hook(ref.name, probe_id)
+                    except Exception:
+                        log.exception("probe %s: a before-cleanup hook failed", probe_id)
                 if target is not None and "fs_mount" in target.details and self.devfs:
                     fs_mount = str(target.details["fs_mount"])
                     try:

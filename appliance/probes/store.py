@@ -103,8 +103,8 @@ class ProbeStore:
     def list(self, f: ResultFilter | None = None) -> list[ProbeResult]:
         """Newest first."""
         f = f or ResultFilter()
-        if not 1 <= f.limit <= 10_000 or f.offset < 0:
-            raise InvalidInput("limit must be 1..10000 and offset >= 0")
+        if not 1 <= f.limit <= 10_000 or not 0 <= f.offset <= 1 << 31:
+            raise InvalidInput("limit must be 1..10000 and offset 0..2147483648")
         where: list[str] = []
         args: list[object] = []
         for col, val in (("profile", f.profile), ("datastore", f.datastore),

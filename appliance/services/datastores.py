@@ -100,6 +100,7 @@ class DatastoreView:
     snapshots: int
     online: bool  # its pool is imported and its dataset exists
     protection: Protection | None = None  # what snapshot policies did for it
+    warnings: tuple[str, ...] = ()  # said once, in the answer to the PUT that caused it
 
 
 class DatastoreService:
@@ -127,18 +128,25 @@ class DatastoreService:
     def get(self, name: str) -> DatastoreView:
         return self.view_of(self.record(name))
 
-    def view_of(self, rec: DatastoreRecord) -> DatastoreView:
+    def view_of(self, rec: DatastoreRecord, new: bool = False) -> DatastoreView:
+        """One datastore; ``new``: just made, so no snapshots and no clients to look for."""
         zfs = self.ctx.zfs
         info = zfs.get_dataset(rec.spec.dataset, DATASTORE_PROPERTIES) \
             if zfs.available() else None
-        snaps = zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0) if info else 0
+        snaps = 0 if new or info is None else \
+            zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0)
         prot = self.protection([rec]).get(rec.name) if self.protection else None
-        return replace(self._view(rec, info, snaps, self.live_one(rec)), protection=prot)
+        return replace(self._view(rec, info, snaps, self.live_one(rec, clients=not new)),
+                       protection=prot)
 
-    def live_one(self, rec: DatastoreRecord) -> LiveState:
-        """Whether one datastore is served and who uses it (2 DBus calls for NFS, a few
-        configfs reads for iSCSI)."""
+    def live_one(self, rec: DatastoreRecord, clients: bool = True) -> LiveState:
+        """Whether one datastore is served and who uses it (NFS: 2 DBus calls, or one
+        DisplayExport without ``clients``; iSCSI: a few configfs reads)."""
         try:
+            if rec.spec.is_nfs and not clients and rec.export_id is not None:
+                shown = self.ctx.ganesha.get_export(rec.export_id)
+                return LiveState(True, True, {shown.export_id: LiveExport(
+                    shown.export_id, shown.path)} if shown else {}, {})
             if rec.spec.is_nfs:
                 act = self.ctx.ganesha.activity()
                 exports = {i: LiveExport(i, r.path) for i, r in act.exports.items()}
@@ -293,8 +301,23 @@ class DatastoreService:
                     raise NotFound(f"initiator group {group!r} not found")
             existing = self.ctx.store.get_datastore(name)
             if existing is not None:
-                return self._update(existing, spec), False
-            return self._create(spec), True
+                view, created = self._update(existing, spec), False
+            else:
+                view, created = self._create(spec), True
+        return replace(view, warnings=self.space_warnings(spec.pool)), created
+
+    def space_warnings(self, pool: str) -> tuple[str, ...]:
+        """What an admin should know after promising more space on ``pool``."""
+        capacity = self.pools.capacity_of(pool)
+        promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
+                       if r.spec.pool == pool)
+        if not capacity or promised <= capacity:
+            return ()
+        limit = self.pools.overcommit_of(pool)
+        return (f"pool {pool} is overcommitted {promised / capacity:.1f}x: its thin "
+                f"datastores promise {validate.format_size(promised)} on "
+                f"{validate.format_size(capacity)} (limit {limit:g}x); health alerts when "
+                "the pool is 80/90/95% full",)
 
     def _require_service(self, spec: DatastoreSpec) -> None:
         if not self.ctx.zfs.available():
@@ -317,14 +340,18 @@ class DatastoreService:
             raise InsufficientSpace(
                 f"pool {spec.pool} has {validate.format_size(available)} free; a thick "
                 f"datastore of {validate.format_size(spec.size)} does not fit")
-        limit = int(capacity * self.ctx.settings.max_overcommit)
+        ratio = self.pools.overcommit_of(spec.pool)
+        limit = int(capacity * ratio)
         promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
                        if r.spec.pool == spec.pool and r.name != spec.name)
         if spec.size + promised > limit:
             raise InsufficientSpace(
-                f"pool {spec.pool} holds {validate.format_size(capacity)}; datastores there "
-                f"already promise {promised} bytes, and {spec.size} more would exceed the "
-                f"overcommit limit ({self.ctx.settings.max_overcommit:g}x)")
+                f"pool {spec.pool} holds {validate.format_size(capacity)}; its datastores "
+                f"already promise {validate.format_size(promised)}, and "
+                f"{validate.format_size(spec.size)} more would pass its overcommit limit of "
+                f"{ratio:g}x ({validate.format_size(limit)}): add disks, or raise the limit "
+                f"(PATCH /api/v1/pools/{spec.pool} {{\"overcommit\": ...}})",
+                detail={"capacity": capacity, "promised": promised, "overcommit": ratio})
 
     def _create(self, spec: DatastoreSpec, origin: str | None = None) -> DatastoreView:
         zfs = self.ctx.zfs
@@ -356,7 +383,7 @@ class DatastoreService:
         except Exception:
             self._undo_create(rec)
             raise
-        return self.view_of(rec)
+        return self.view_of(rec, new=True)
 
     def _undo_create(self, rec: DatastoreRecord) -> None:
         """Back to nothing after a failed create (best effort; reconcile finishes it)."""

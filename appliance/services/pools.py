@@ -13,7 +13,7 @@ from appliance.adoption import adopt
 from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
 from appliance.host.factory import ROOT_FS_PROPERTIES
-from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevSpec
+from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevNode, VdevSpec
 from appliance.jobs import Job, JobContext
 from appliance.model import DATASTORE_PARENT
 from appliance.reconciler import Reconciler
@@ -50,6 +50,13 @@ class PoolView:
     status: PoolStatus | None
     demo: bool
     datastores: list[str]
+    promised: int = 0  # bytes the pool's datastores are promised (their sizes)
+    overcommit: float = 1.0  # how far thin datastores may promise past the capacity
+
+
+OVERCOMMIT_PROPERTY = "zds:overcommit"
+DISK_ACTIONS = ("offline", "online", "replace", "attach", "detach")
+MAX_OVERCOMMIT = 1000.0
 
 
 class PoolService:
@@ -75,13 +82,51 @@ class PoolService:
                        "that can be imported)")
 
     def _view(self, info: PoolInfo, with_status: bool) -> PoolView:
-        names = [r.name for r in self.ctx.store.list_datastores() if r.spec.pool == info.name]
+        records = [r for r in self.ctx.store.list_datastores() if r.spec.pool == info.name]
         return PoolView(
             info=info,
             status=self.ctx.zfs.pool_status(info.name) if with_status else None,
             demo=info.properties.get("zds:demo") == "true",
-            datastores=names,
+            datastores=[r.name for r in records],
+            promised=sum(r.spec.size for r in records),
+            overcommit=self._ratio(info),
         )
+
+    def _ratio(self, info: PoolInfo) -> float:
+        try:
+            return float(info.properties[OVERCOMMIT_PROPERTY])
+        except (KeyError, ValueError):
+            return self.ctx.settings.max_overcommit
+
+    def capacity_of(self, pool: str) -> int:
+        """What the pool's file systems can hold (its root's used + available): the base
+        the overcommit limit multiplies. 0 when the pool is not there."""
+        root = self.ctx.zfs.get_dataset(pool, ("used", "available"))
+        return root.int_prop("available") + root.int_prop("used") if root else 0
+
+    def overcommit_of(self, pool: str) -> float:
+        """How many times its capacity a pool's thin datastores may promise: the pool's
+        own ``zds:overcommit`` (it travels with the pool), else the appliance default."""
+        for p in self.ctx.zfs.list_pools():
+            if p.name == pool:
+                return self._ratio(p)
+        return self.ctx.settings.max_overcommit
+
+    def set_overcommit(self, name: str, ratio: float) -> PoolView:
+        """Sets the pool's overcommit limit; refused (409) below what is promised now."""
+        view = self.get(name)
+        if not 1.0 <= ratio <= MAX_OVERCOMMIT:
+            raise InvalidInput(f"overcommit must be 1 to {MAX_OVERCOMMIT:g} (times the "
+                               "pool's capacity)")
+        capacity = self.capacity_of(name)
+        if capacity and view.promised > capacity * ratio:
+            raise Conflict(f"pool {name}'s datastores already promise "
+                           f"{validate.format_size(view.promised)}, more than {ratio:g}x its "
+                           f"{validate.format_size(capacity)}",
+                           detail={"promised": view.promised, "capacity": capacity})
+        with self.ctx.lock.hold(f"setting the overcommit of {name}"):
+            self.ctx.zfs.set_pool_properties(name, {OVERCOMMIT_PROPERTY: f"{ratio:g}"})
+        return self.get(name)
 
     def resolve(self, name: str | None) -> str:
         """The pool a datastore goes to: the one named, else the only/default pool."""
@@ -204,6 +249,78 @@ class PoolService:
 
         return self.ctx.jobs.submit("pool.scrub", name, run, message=f"scrubbing {name}",
                                        long=True)
+
+    def disk(self, name: str, action: str, disk: str, new_disk: str | None = None,
+             force: bool = False) -> Job:
+        """A job that offlines, onlines, replaces, attaches or detaches a pool disk and,
+        when ZFS resilvers after it, waits for the resilver (progress in the job).
+
+        ``disk`` is a member as GET /pools/{name} shows it (a name such as
+        virtio-zdsdata1, or the number ZFS shows for a disk that is gone), or its path;
+        ``new_disk`` (replace, attach) is an absolute path to an unused disk."""
+        view = self.get(name)
+        if action not in DISK_ACTIONS:
+            raise InvalidInput(f"invalid disk action {action!r}: one of "
+                               f"{', '.join(DISK_ACTIONS)}")
+        member = self._member(view, disk)
+        if action in ("replace", "attach"):
+            if not new_disk:
+                raise InvalidInput(f"{action} needs new_disk: the path of an unused disk")
+            new_disk = validate.device_path(new_disk)
+            if not self.ctx.local.device_exists(new_disk):
+                raise NotFound(f"disk {new_disk} not found")
+        elif new_disk:
+            raise InvalidInput(f"new_disk is for replace and attach, not {action}")
+        if self.ctx.jobs.running_for("pool.disk", name):
+            raise Conflict(f"a disk operation on {name} is running; wait for it to finish")
+        zfs = self.ctx.zfs
+
+        def run(ctx: JobContext) -> dict[str, Any]:
+            with self.ctx.lock.hold(f"{action} of a disk of {name}", timeout=JOB_LOCK_WAIT):
+                if action == "offline":
+                    zfs.offline_device(name, member)
+                elif action == "online":
+                    zfs.online_device(name, member)
+                elif action == "replace" and new_disk:
+                    zfs.replace_device(name, member, new_disk, force=force)
+                elif action == "attach" and new_disk:
+                    zfs.attach_device(name, member, new_disk, force=force)
+                elif action == "detach":
+                    zfs.detach_device(name, member)
+            scan = zfs.pool_status(name).scan
+            while "in progress" in scan and not ctx.cancelled:
+                ctx.progress(_scan_fraction(scan), scan)
+                time.sleep(1.0)
+                scan = zfs.pool_status(name).scan
+            health = {p.name: p.health for p in zfs.list_pools()}.get(name, "")
+            return {"pool": name, "action": action, "disk": disk, "new_disk": new_disk,
+                    "health": health, "scan": scan}
+
+        return self.ctx.jobs.submit("pool.disk", name, run, long=True,
+                                    message=f"{action} {disk} on {name}"
+                                            + (f" with {new_disk}" if new_disk else ""))
+
+    @staticmethod
+    def _member(view: PoolView, disk: str) -> str:
+        """The member as zpool takes it: a name or GUID the pool shows, or a path whose
+        last component is such a name; anything else is NotFound (nothing unvalidated
+        reaches zpool)."""
+        names: set[str] = set()
+
+        def walk(node: VdevNode) -> None:
+            for child in node.children:
+                if not child.children and child.name not in ("logs", "cache", "spares"):
+                    names.add(child.name)
+                walk(child)
+
+        if view.status is not None:
+            walk(view.status.config)
+        if disk in names:
+            return disk
+        if disk.startswith("/") and disk.rsplit("/", 1)[-1] in names:
+            return validate.device_path(disk)
+        raise NotFound(f"pool {view.info.name} has no disk {disk!r} (its disks: "
+                       f"{', '.join(sorted(names)) or 'none'})")
 
     def importable(self) -> builtins.list[str]:
         self._zfs_up()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from appliance import __version__
 from appliance.context import Context
 from appliance.errors import ZdsError
-from appliance.reconciler import DriftItem, PoolProblem, Reconciler
+from appliance.reconciler import DriftItem, FillAlert, PoolProblem, Reconciler
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class Health:
     age: float  # seconds since then
     started_at: float = 0.0  # unix time start-up finished restoring exports/LUNs (0: not yet)
     pools: list[PoolProblem] = field(default_factory=list)  # pools that are not ONLINE
+    alerts: list[FillAlert] = field(default_factory=list)  # pools 80/90/95% full
     message: str = ""
 
 
@@ -92,6 +93,10 @@ class SystemService:
         else:
             problems = [f"pool {p.pool} is {p.health}" + (f": {p.action}" if p.action else "")
                         for p in st.pool_problems]
+            full = [a for a in st.fill_alerts if a.level != "warning"]
+            messages += [f"pool {a.pool} is {a.percent}% full ({a.level}): free space or add "
+                         "disks; thin datastores fail writes when it fills"
+                         for a in st.fill_alerts]
             down = [n for n, c in comps.items() if not c.ok]
             messages += problems
             messages += [f"{n}: {comps[n].detail}" for n in down]
@@ -104,7 +109,8 @@ class SystemService:
             if age > stale:
                 messages.append(f"the last check is {age:.0f} s old (the watcher is busy "
                                 f"with {self.ctx.lock.holder or 'something'})")
-            status = "degraded" if (problems or down or not in_sync or age > stale) \
+            status = "degraded" if (problems or full or down or not in_sync or age > stale) \
                 else "ok"
         return Health(status, comps, in_sync, drift, st.checked_at, round(age, 1),
-                      st.started_at, list(st.pool_problems), "; ".join(messages))
+                      st.started_at, list(st.pool_problems), list(st.fill_alerts),
+                      "; ".join(messages))

@@ -86,6 +86,18 @@ class E2EAppliance:
         self.api_healthy = _wait_api(self.vm, timeout)
 
 
+    def restart_with_disks(self, indexes: tuple[int, ...],
+                           timeout: float = BOOT_TIMEOUT) -> None:
+        """Powers off and boots with only the data disks zdsdata<i> for ``indexes``
+        attached (a missing one is a failed disk; a new index is a new empty disk)."""
+        self.vm.stop(timeout=120)
+        self.vm.disk_indexes = indexes
+        self.vm.prepare()
+        self.vm.start(kvm=bool(self.timings.get("accel_kvm")))
+        self.vm.wait_control(timeout)
+        self.api_healthy = _wait_api(self.vm, timeout)
+
+
 def _wait_api(vm: Appliance, timeout: float) -> bool:
     """Waits for a 200 from the health endpoint; gives up early when zds-api cannot start."""
     deadline = time.monotonic() + timeout

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -367,3 +368,38 @@ def test_background_reconcile_repairs_drift(tmp_path: Path) -> None:
         time.sleep(0.05)
     assert [e.path for e in rig.ganesha.list_exports()] == ["/tank/datastores/ds"]
     rig.engine.close()
+
+
+def test_framework_refusals_use_the_error_envelope(client: TestClient) -> None:
+    r = client.put(f"{API}/datastores/ds", content=b"{not json",
+                   headers={"Content-Type": "application/json"})
+    assert r.status_code in (400, 422), r.text
+    assert r.json()["error"]["code"] in ("bad_request", "invalid_input"), r.json()
+    r = client.get(f"{API}/no-such-resource")
+    assert r.status_code == 404 and r.json()["error"]["code"] == "not_found"
+    r = client.post(f"{API}/datastores/ds")
+    assert r.status_code == 405 and r.json()["error"]["code"] == "method_not_allowed"
+    assert set(r.headers["Allow"].split(", ")) == {"GET", "PUT", "DELETE"}, r.headers
+    # PUT /initiator-groups answers 201 on create: documented
+    ops = client.get("/openapi.json").json()["paths"]["/api/v1/initiator-groups/{name}"]
+    assert "201" in ops["put"]["responses"]
+
+
+def test_a_readonly_token_is_refused_on_every_mutating_operation(client: TestClient,
+                                                                 rig: Rig) -> None:
+    """Every POST, PUT, PATCH and DELETE of the OpenAPI document answers 403 to a readonly
+    token (before anything runs), and every GET answers it something else."""
+    ro = {"Authorization": "Bearer " + rig.engine.tokens.create("viewer", "readonly")}
+    paths = client.get("/openapi.json").json()["paths"]
+    mutating = [(m, p) for p, ops in paths.items() for m in ops
+                if m in ("post", "put", "patch", "delete")]
+    assert len(mutating) >= 15, mutating
+    for method, path in mutating:
+        url = re.sub(r"\{[^}]+\}", "x1", path)
+        r = client.request(method.upper(), url, headers=ro, json={})
+        assert r.status_code == 403, (method, path, r.status_code, r.text)
+        assert r.json()["error"]["code"] == "forbidden"
+    assert rig.engine.jobs.list() == [] and rig.engine.store.list_datastores() == []
+    for path, ops in paths.items():
+        if "get" in ops and "{" not in path and path != "/api/v1/system/health":
+            assert client.get(path, headers=ro).status_code != 403, path

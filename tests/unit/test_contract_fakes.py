@@ -14,13 +14,13 @@ from appliance.host.fakes.zfs import FakeZfs
 from appliance.host.zfs import PoolLayout, VdevSpec
 
 MiB = 1 << 20
-DISKS = [f"/var/tmp/zds-contract/disk{i}.img" for i in range(4)]
+DISKS = [f"/var/tmp/zds-contract/disk{i}.img" for i in range(5)]
 
 
 @pytest.fixture
 def zfs() -> FakeZfs:
     fake = FakeZfs(disks={d: 512 * MiB for d in DISKS})
-    fake.create_pool("ctpool", PoolLayout(data=(VdevSpec("disk", (DISKS[3],)),)), {}, {})
+    fake.create_pool("ctpool", PoolLayout(data=(VdevSpec("disk", (DISKS[4],)),)), {}, {})
     return fake
 
 
@@ -30,6 +30,10 @@ def test_zfs_available(zfs: FakeZfs) -> None:
 
 def test_zfs_pools(zfs: FakeZfs) -> None:
     zfs_checks.check_pools(zfs, DISKS[:3], "/var/tmp/zds-contract/missing.img")
+
+
+def test_zfs_devices(zfs: FakeZfs) -> None:
+    zfs_checks.check_devices(zfs, DISKS[:4], "/var/tmp/zds-contract/missing.img")
 
 
 def test_zfs_filesystems(zfs: FakeZfs) -> None:
@@ -49,8 +53,8 @@ def test_zfs_snapshot_batch_and_holds(zfs: FakeZfs) -> None:
 
 
 def test_zfs_run_all(zfs: FakeZfs) -> None:
-    done = zfs_checks.run_all(zfs, "ctpool", DISKS[:3], "/nonexistent", zfs.device_exists)
-    assert done == ["available", "pools", "filesystems", "volumes", "snapshots",
+    done = zfs_checks.run_all(zfs, "ctpool", DISKS[:4], "/nonexistent", zfs.device_exists)
+    assert done == ["available", "pools", "devices", "filesystems", "volumes", "snapshots",
                     "snapshot_batch_and_holds"]
     assert list(zfs.iter_names()) == ["ctpool"], "checks clean up after themselves"
 

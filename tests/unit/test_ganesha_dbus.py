@@ -307,6 +307,7 @@ def test_remove(bus: Bus, g: Ganesha, tmp_path: Path) -> None:
                                     "Error org.freedesktop.DBus.Error.NoReply: Did not receive"])
 def test_down_is_unavailable(bus: Bus, g: Ganesha, stderr: str, tmp_path: Path) -> None:
     bus.replies["ShowExports"] = (1, stderr)
+    bus.replies["Ping"] = (1, stderr)
     bus.replies["RemoveExport"] = (1, stderr)
     assert not g.available()
     with pytest.raises(Unavailable, match="ganesha"):
@@ -396,3 +397,38 @@ def test_ganesha_5_9_replies_parse_the_same() -> None:
     shown = parse_display_export((d / "DisplayExport-101.txt").read_text())
     assert shown.export_id == 101 and shown.clients == ("127.0.0.1/32",)
     assert shown.path == shown.pseudo and shown.path.endswith("/data/ds1")
+
+
+def _generic_show_exports(text: str) -> list[tuple[int, str, frozenset[str], float]]:
+    from appliance.host import ganesha
+
+    real = ganesha._fast_show_exports
+    try:
+        ganesha._fast_show_exports = lambda _text: None  # type: ignore[assignment]
+        return [(r.export_id, r.path, r.protocols_used, r.last_activity)
+                for r in parse_show_exports(text)[1]]
+    finally:
+        ganesha._fast_show_exports = real  # type: ignore[assignment]
+
+
+@pytest.mark.parametrize("fixture", ["ShowExports.txt", "5.9/ShowExports.txt"])
+def test_the_fast_show_exports_reader_agrees_with_the_generic_parser(fixture: str) -> None:
+    from appliance.host.ganesha import _fast_show_exports
+
+    text = (FIXTURES / fixture).read_text()
+    fast = _fast_show_exports(text)
+    assert fast is not None, "the captured layout must take the fast path"
+    assert [(r.export_id, r.path, r.protocols_used, r.last_activity) for r in fast[1]] == \
+        _generic_show_exports(text)
+    # a layout it does not know (a path with a newline in it) falls back, still right
+    path = fast[1][1].path
+    odd = text.replace(f'"{path}"', f'"{path[:5]}\n{path[5:]}"')
+    assert _fast_show_exports(odd) is None
+    assert [r.path for r in parse_show_exports(odd)[1]][1] == f"{path[:5]}\n{path[5:]}"
+
+
+def test_available_is_a_ping_not_a_listing(bus: Bus, g: Ganesha) -> None:
+    assert g.available()
+    assert bus.runner.calls[-1][-1] == "org.freedesktop.DBus.Peer.Ping"
+    bus.replies["Ping"] = (1, NO_SERVICE)
+    assert not g.available()

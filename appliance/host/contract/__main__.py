@@ -3,10 +3,12 @@
     python -m appliance.host.contract [--zfs] [--lio] [--zfs-pool-disks D1 D2 D3 D4]
                                       [--workdir /var/tmp/zds-contract] [--only CHECK]
 
-Without ``--zfs-pool-disks`` it makes four sparse 512 MiB files in ``--workdir`` and
-builds its scratch pools (``zdsct`` for the pool checks, ``zdsctds`` for datasets) on
-them; everything is destroyed at the end. ``--lio`` exports two sparse zvols of the
-scratch pool through LIO. Prints one line per check; exit status 0 only if all pass.
+Without ``--zfs-pool-disks`` it makes five sparse 512 MiB files in ``--workdir`` and
+builds its scratch pools (``zdsct`` for the pool checks, ``zdsctdev`` for the device
+checks, ``zdsctds`` for datasets) on them; everything is destroyed at the end. With four
+given disks the device checks (which need four unused ones) are left out. ``--lio``
+exports two sparse zvols of the scratch pool through LIO. Prints one line per check;
+exit status 0 only if all pass.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         workdir.mkdir(parents=True, exist_ok=True)
         disks = []
-        for i in range(4):
+        for i in range(5):
             path = workdir / f"disk{i}.img"
             with open(path, "wb") as f:
                 f.truncate(args.file_size)  # sparse
@@ -84,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
         if not run("zfs.available", lambda: zfs_checks.check_available(zfs)):
             return _finish(results, args.json)
         ds_pool_ready = run("zfs.scratch_pool", lambda: zfs.create_pool(
-            DS_POOL, PoolLayout(data=(VdevSpec("disk", (disks[3],)),)), {},
+            DS_POOL, PoolLayout(data=(VdevSpec("disk", (disks[-1],)),)), {},
             {"compression": "lz4"}))
         if run_zfs:
             run("zfs.pools", lambda: zfs_checks.check_pools(zfs, disks[:3], missing))
+            if len(disks) >= 5:
+                run("zfs.devices", lambda: zfs_checks.check_devices(zfs, disks[:4], missing))
             if ds_pool_ready:
                 run("zfs.filesystems", lambda: zfs_checks.check_filesystems(zfs, DS_POOL))
                 run("zfs.volumes", lambda: zfs_checks.check_volumes(

@@ -115,6 +115,74 @@ def check_pools(zfs: ZfsHost, disks: Sequence[str], missing_disk: str,
     zfs.destroy_pool(pool)
 
 
+def _device_states(zfs: ZfsHost, pool: str) -> dict[str, str]:
+    """name as zpool status shows it -> state, for the data vdevs' devices."""
+    out: dict[str, str] = {}
+    for top in zfs.pool_status(pool).config.children:
+        if top.name in ("logs", "cache", "spares"):
+            continue
+        for node in top.children or (top,):
+            out[node.name] = node.state
+    return out
+
+
+def _resilvered(zfs: ZfsHost, pool: str, timeout: float = 120.0) -> str:
+    deadline = time.monotonic() + timeout
+    scan = zfs.pool_status(pool).scan
+    while "in progress" in scan and time.monotonic() < deadline:
+        time.sleep(0.5)
+        scan = zfs.pool_status(pool).scan
+    assert "in progress" not in scan, f"resilver still running: {scan}"
+    return scan
+
+
+def check_devices(zfs: ZfsHost, disks: Sequence[str], missing_disk: str,
+                  pool: str = "zdsctdev") -> None:
+    """A mirror member offlined (DEGRADED) and back, replaced (resilver), a third disk
+    attached and detached, and the errors: no valid replicas, a missing or foreign
+    device, detach from a plain disk."""
+    assert len(disks) >= 4, "check_devices needs four unused disks"
+    a, b, c, d = disks[0], disks[1], disks[2], disks[3]
+    zfs.create_pool(pool, PoolLayout(data=(VdevSpec("mirror", (a, b)),)), {}, {})
+    try:
+        names = list(_device_states(zfs, pool))
+        assert len(names) == 2, names
+        name_a, name_b = names
+        zfs.offline_device(pool, b)
+        assert {p.name: p.health for p in zfs.list_pools()}[pool] == "DEGRADED"
+        assert _device_states(zfs, pool)[name_b] == "OFFLINE"
+        status = zfs.pool_status(pool)
+        assert status.state == "DEGRADED" and status.action, status
+        expect(Conflict, zfs.offline_device, pool, a)  # the last copy stays
+        zfs.online_device(pool, b)
+        _resilvered(zfs, pool)
+        assert {p.name: p.health for p in zfs.list_pools()}[pool] == "ONLINE"
+
+        expect(NotFound, zfs.replace_device, pool, b, missing_disk)
+        expect(NotFound, zfs.replace_device, pool, "zdsnosuchdev", c)
+        expect(NotFound, zfs.offline_device, pool, "zdsnosuchdev")
+        expect(InvalidInput, zfs.replace_device, pool, b, "relative/path")
+        zfs.replace_device(pool, b, c)
+        scan = _resilvered(zfs, pool)
+        assert "resilver" in scan, scan
+        states = _device_states(zfs, pool)
+        assert name_b not in states and len(states) == 2, states
+        assert all(v == "ONLINE" for v in states.values()), states
+
+        zfs.attach_device(pool, a, d)
+        _resilvered(zfs, pool)
+        assert len(_device_states(zfs, pool)) == 3
+        expect(Conflict, zfs.attach_device, pool, a, c)  # c is a member already
+        zfs.detach_device(pool, d)
+        zfs.detach_device(pool, c)
+        states = _device_states(zfs, pool)
+        assert list(states) == [name_a], states
+        expect(Conflict, zfs.detach_device, pool, a)  # not a mirror any more
+    finally:
+        if pool in [p.name for p in zfs.list_pools()]:
+            zfs.destroy_pool(pool)
+
+
 def check_filesystems(zfs: ZfsHost, pool: str) -> None:
     """create_filesystem (with parents), properties, list/get, set, destroy."""
     root = _scratch(zfs, pool)
@@ -388,9 +456,11 @@ def run_all(zfs: ZfsHost, pool: str, disks: Sequence[str], missing_disk: str,
     """Runs every check; ``pool`` must exist already, ``disks`` must be unused."""
     check_available(zfs)
     check_pools(zfs, disks, missing_disk)
+    if len(disks) >= 4:
+        check_devices(zfs, disks, missing_disk)
     check_filesystems(zfs, pool)
     check_volumes(zfs, pool, device_exists)
     check_snapshots(zfs, pool)
     check_snapshot_batch_and_holds(zfs, pool)
-    return ["available", "pools", "filesystems", "volumes", "snapshots",
-            "snapshot_batch_and_holds"]
+    return ["available", "pools", *(["devices"] if len(disks) >= 4 else []), "filesystems",
+            "volumes", "snapshots", "snapshot_batch_and_holds"]

@@ -33,6 +33,7 @@ from appliance.host.zfs import (
     PoolStatus,
     VdevNode,
     VdevSpec,
+    device_arg,
 )
 
 GiB = 1 << 30
@@ -143,6 +144,7 @@ class _Pool:
     datasets: dict[str, _Ds] = field(default_factory=dict)
     scan: str = ""
     imported: bool = True
+    states: dict[str, str] = field(default_factory=dict)  # device -> state, if not ONLINE
 
 
 def _device_usable(size: int) -> int:
@@ -411,7 +413,8 @@ class FakeZfs:
                  "capacity": str(alloc * 100 // p.size), "fragmentation": "0",
                  "readonly": "off"}
         props.update(p.props)
-        return PoolInfo(name=p.name, health="ONLINE", size=p.size, allocated=alloc,
+        props["health"] = self._health(p)
+        return PoolInfo(name=p.name, health=props["health"], size=p.size, allocated=alloc,
                         free=p.size - alloc, fragmentation=0, capacity=alloc * 100 // p.size,
                         properties=props)
 
@@ -420,7 +423,7 @@ class FakeZfs:
         p = self._pool(pool)
 
         def disk(path: str) -> VdevNode:
-            return VdevNode(name=_vdev_display_name(path), state="ONLINE")
+            return VdevNode(name=_vdev_display_name(path), state=p.states.get(path, "ONLINE"))
 
         groups: list[VdevNode] = []
         counters = 0
@@ -432,7 +435,8 @@ class FakeZfs:
                 if v.kind == "disk":
                     out.append(disk(v.devices[0]))
                 else:
-                    out.append(VdevNode(name=f"{v.kind}-{counters}", state="ONLINE",
+                    out.append(VdevNode(name=f"{v.kind}-{counters}",
+                                        state=self._vdev_state(p, v),
                                         children=tuple(disk(d) for d in v.devices)))
                 counters += 1
             return out
@@ -446,10 +450,138 @@ class FakeZfs:
         if p.layout.spares:
             groups.append(VdevNode("spares", "", children=tuple(
                 VdevNode(_vdev_display_name(d), "AVAIL") for d in p.layout.spares)))
-        root = VdevNode(name=p.name, state="ONLINE", children=tuple(groups))
-        return PoolStatus(name=p.name, state="ONLINE", status="", action="",
+        health = self._health(p)
+        root = VdevNode(name=p.name, state=health, children=tuple(groups))
+        status = action = ""
+        if health != "ONLINE":  # zpool 2.3's words for a missing or offlined device
+            status = ("One or more devices could not be used because the label is missing or "
+                      "invalid. Sufficient replicas exist for the pool to continue "
+                      "functioning in a degraded state.")
+            action = "Replace the device using 'zpool replace'."
+        return PoolStatus(name=p.name, state=health, status=status, action=action,
                           scan=p.scan, errors="No known data errors",
                           config=root)
+
+    @staticmethod
+    def _vdev_state(p: _Pool, v: VdevSpec) -> str:
+        ok = sum(1 for d in v.devices if p.states.get(d, "ONLINE") == "ONLINE")
+        spare = 0 if v.kind == "disk" else len(v.devices) - 1 if v.kind == "mirror" \
+            else int(v.kind[-1])  # raidzN survives N missing
+        if ok == len(v.devices):
+            return "ONLINE"
+        return "DEGRADED" if len(v.devices) - ok <= spare else "UNAVAIL"
+
+    def _health(self, p: _Pool) -> str:
+        states = [self._vdev_state(p, v) for v in p.layout.data]
+        if all(s == "ONLINE" for s in states):
+            return "ONLINE"
+        return "UNAVAIL" if "UNAVAIL" in states else "DEGRADED"
+
+    # ---- devices ------------------------------------------------------------------
+    def fail_disk(self, path: str, state: str = "UNAVAIL") -> None:
+        """Test helper: a pool member goes missing (as at a boot without it)."""
+        owner = self._owner(path)
+        if owner is None:
+            raise NotFound(f"{path} is in no pool")
+        self._pools[owner].states[path] = state
+
+    def _member(self, p: _Pool, device: str) -> str:
+        """The pool member ``device`` names: its path or its name as status shows it."""
+        device_arg(device)
+        for dev in (*p.layout.all_devices(),):
+            if device in (dev, _vdev_display_name(dev)):
+                return dev
+        raise NotFound(f"cannot open '{device}': no such device in pool")
+
+    def _vdev_of(self, p: _Pool, dev: str) -> int:
+        for i, v in enumerate(p.layout.data):
+            if dev in v.devices:
+                return i
+        raise Conflict(f"cannot use '{dev}': only data vdevs are supported here")
+
+    def _new_disk(self, dev: str, like: str) -> None:
+        device_arg(dev, path=True)
+        if dev not in self.disks:
+            raise NotFound(f"cannot open '{dev}': No such device or address")
+        owner = self._owner(dev)
+        if owner is not None:
+            raise Conflict(f"{dev} is part of active pool '{owner}'")
+        if self.disks[dev] < self.disks.get(like, 0):
+            raise Conflict(f"cannot replace {like} with {dev}: device is too small")
+
+    def _set_vdev(self, p: _Pool, i: int, vdev: VdevSpec) -> None:
+        data = list(p.layout.data)
+        data[i] = vdev
+        p.layout = replace(p.layout, data=tuple(data))
+
+    def _resilvered(self, p: _Pool) -> None:
+        stamp = time.strftime("%a %b %d %H:%M:%S %Y", time.localtime(self._now()))
+        p.scan = f"resilvered 1.02M in 00:00:01 with 0 errors on {stamp}"
+
+    def offline_device(self, pool: str, device: str) -> None:
+        self._up()
+        p = self._pool(pool)
+        dev = self._member(p, device)
+        v = p.layout.data[self._vdev_of(p, dev)]
+        before = p.states.get(dev)
+        p.states[dev] = "OFFLINE"
+        if self._vdev_state(p, v) == "UNAVAIL":
+            if before is None:
+                del p.states[dev]
+            else:
+                p.states[dev] = before
+            raise Conflict(f"cannot offline {device}: no valid replicas")
+
+    def online_device(self, pool: str, device: str) -> None:
+        self._up()
+        p = self._pool(pool)
+        dev = self._member(p, device)
+        if p.states.get(dev) == "UNAVAIL":
+            raise NotFound(f"cannot online {device}: no such device or address")
+        p.states.pop(dev, None)
+        self._resilvered(p)
+
+    def replace_device(self, pool: str, device: str, new_device: str,
+                       force: bool = False) -> None:
+        self._up()
+        p = self._pool(pool)
+        dev = self._member(p, device)
+        i = self._vdev_of(p, dev)
+        self._new_disk(new_device, dev)
+        v = p.layout.data[i]
+        self._set_vdev(p, i, VdevSpec(v.kind, tuple(new_device if d == dev else d
+                                                     for d in v.devices)))
+        p.states.pop(dev, None)
+        self._resilvered(p)
+
+    def attach_device(self, pool: str, device: str, new_device: str,
+                      force: bool = False) -> None:
+        self._up()
+        p = self._pool(pool)
+        dev = self._member(p, device)
+        i = self._vdev_of(p, dev)
+        v = p.layout.data[i]
+        if v.kind not in ("disk", "mirror"):
+            raise Conflict(f"cannot attach {new_device} to {device}: can only attach to "
+                           "mirrors and top-level disks")
+        self._new_disk(new_device, dev)
+        self._set_vdev(p, i, VdevSpec("mirror", (*v.devices, new_device)))
+        self._resilvered(p)
+
+    def detach_device(self, pool: str, device: str) -> None:
+        self._up()
+        p = self._pool(pool)
+        dev = self._member(p, device)
+        i = self._vdev_of(p, dev)
+        v = p.layout.data[i]
+        if v.kind != "mirror":
+            raise Conflict(f"cannot detach {device}: only applicable to mirror and "
+                           "replacing vdevs")
+        rest = tuple(d for d in v.devices if d != dev)
+        if not any(p.states.get(d, "ONLINE") == "ONLINE" for d in rest):
+            raise Conflict(f"cannot detach {device}: no valid replicas")
+        self._set_vdev(p, i, VdevSpec("mirror" if len(rest) > 1 else "disk", rest))
+        p.states.pop(dev, None)
 
     def create_pool(self, pool: str, layout: PoolLayout, pool_properties: Mapping[str, str],
                     fs_properties: Mapping[str, str], force: bool = False) -> None:

@@ -1,0 +1,468 @@
+// The ZDS console: a client of the public REST API (/api/v1), nothing else.
+// Views are rendered from API answers; a readonly token never sees a control that changes
+// anything (elements marked data-admin are not rendered for it).
+"use strict";
+(function () {
+  const API = "/api/v1";
+  const main = document.getElementById("main");
+  const statusBox = document.getElementById("status");
+  let timer = null;
+
+  // ---- session ---------------------------------------------------------------------
+  const session = {
+    get token() { return sessionStorage.getItem("zds.token"); },
+    get role() { return sessionStorage.getItem("zds.role"); },
+    get name() { return sessionStorage.getItem("zds.name"); },
+    get admin() { return this.role === "admin"; },
+    set(token, who) {
+      sessionStorage.setItem("zds.token", token);
+      sessionStorage.setItem("zds.role", who.role);
+      sessionStorage.setItem("zds.name", who.name);
+    },
+    clear() { sessionStorage.clear(); },
+  };
+
+  class ApiError extends Error {
+    constructor(status, body) {
+      super((body && body.error && body.error.message) || ("HTTP " + status));
+      this.status = status;
+    }
+  }
+
+  async function api(method, path, body, raw) {
+    const headers = {"Authorization": "Bearer " + session.token};
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const r = await fetch(API + path, {method, headers,
+      body: body === undefined ? undefined : JSON.stringify(body)});
+    if (r.status === 401) { session.clear(); location.hash = "#/login"; throw new ApiError(401); }
+    if (raw) { if (!r.ok) throw new ApiError(r.status, null); return r; }
+    const data = r.status === 204 ? null : await r.json().catch(() => null);
+    if (!r.ok) throw new ApiError(r.status, data);
+    return data;
+  }
+
+  // ---- little DOM helpers ----------------------------------------------------------
+  function h(tag, attrs, ...children) {
+    const e = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+      else if (k === "dataset") Object.assign(e.dataset, v);
+      else e.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined || c === false) continue;
+      e.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+  const admin = (...nodes) => (session.admin ? nodes : []);
+
+  function say(text, bad) {
+    statusBox.textContent = text;
+    statusBox.className = bad ? "bad" : "";
+  }
+
+  function bytes(n) {
+    if (n === null || n === undefined) return "–";
+    const u = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let i = 0;
+    while (Math.abs(n) >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : String(n)) + " " + u[i];
+  }
+  const num = (v, d = 1) => (v === null || v === undefined ? "–" : Number(v).toFixed(d));
+  const when = t => (t ? new Date(t * 1000).toLocaleString() : "–");
+
+  function cell(field, value, text) {
+    return h("td", {"data-field": field, "data-value": value === null || value === undefined ?
+      "" : String(value)}, text === undefined ? String(value ?? "–") : text);
+  }
+
+  function table(caption, head, rows, id) {
+    return h("table", {id},
+      h("caption", {}, caption),
+      h("thead", {}, h("tr", {}, head.map(c => h("th", {scope: "col"}, c)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", {colspan: head.length}, "none"))));
+  }
+
+  function show(title, ...content) {
+    clearInterval(timer);
+    main.replaceChildren(h("h1", {}, title), ...content);
+    if (main.dataset.title !== title) main.focus();  // a refresh keeps the reader's place
+    main.dataset.title = title;
+  }
+
+  function field(label, input, hint) {
+    const id = input.id || ("f-" + Math.random().toString(36).slice(2));
+    input.id = id;
+    return h("p", {class: "field"}, h("label", {for: id}, label), input,
+      hint ? h("small", {}, hint) : null);
+  }
+
+  function guard(fn) {
+    return async ev => {
+      if (ev) ev.preventDefault();
+      try { await fn(ev); } catch (e) { say(e.message, true); }
+    };
+  }
+
+  async function waitJob(job, label) {
+    while (job.state === "queued" || job.state === "running") {
+      say(`${label}: ${job.state} ${Math.round(job.progress * 100)}% ${job.message || ""}`);
+      job = await api("GET", `/jobs/${job.id}?wait=5`);
+    }
+    if (job.state !== "succeeded") throw new Error(`${label}: ${job.state}: ` +
+      ((job.error && job.error.message) || ""));
+    say(`${label}: done`);
+    return job;
+  }
+
+  async function blobImage(path, alt) {
+    const r = await api("GET", path, undefined, true);
+    const url = URL.createObjectURL(await r.blob());
+    return h("img", {src: url, alt, class: "plot"});
+  }
+
+  // ---- views -----------------------------------------------------------------------
+  function loginView() {
+    document.getElementById("nav").hidden = true;
+    document.getElementById("logout").hidden = true;
+    document.getElementById("who").textContent = "";
+    const tok = h("input", {type: "password", id: "token", name: "token", required: true,
+      autocomplete: "current-password", size: 48});
+    const form = h("form", {id: "login", onsubmit: guard(async () => {
+      const t = tok.value.trim();
+      const r = await fetch(API + "/system/whoami", {headers: {"Authorization": "Bearer " + t}});
+      if (!r.ok) throw new Error("This token was not accepted (" + r.status + ").");
+      session.set(t, await r.json());
+      say("");
+      location.hash = "#/";
+      route();
+    })}, field("API token", tok, "zds token create --role admin|readonly"),
+      h("button", {type: "submit"}, "Log in"));
+    show("Log in", form);
+  }
+
+  async function overview() {
+    const [pools, dss, latest, plat] = await Promise.all([
+      api("GET", "/pools"), api("GET", "/datastores"),
+      api("GET", "/metrics/datastores"), api("GET", "/metrics/pools")]);
+    const lat = Object.fromEntries(latest.map(m => [m.name, m]));
+    const pl = Object.fromEntries(plat.map(m => [m.pool, m]));
+    const poolRows = pools.map(p => h("tr", {"data-pool": p.name},
+      h("th", {scope: "row"}, h("a", {href: `#/pools/${p.name}`}, p.name)),
+      cell("health", p.health), cell("size", p.size, bytes(p.size)),
+      cell("allocated", p.allocated, bytes(p.allocated)),
+      cell("capacity", p.capacity, p.capacity + "%"),
+      cell("fragmentation", p.fragmentation, p.fragmentation === null ? "–" :
+        p.fragmentation + "%"),
+      cell("slog", pl[p.name] ? pl[p.name].slog : null, pl[p.name] ? (pl[p.name].slog ?
+        "yes" : "no") : "–"),
+      cell("datastores", p.datastores.length)));
+    const dsRows = dss.map(d => {
+      const m = lat[d.name] || {};
+      return h("tr", {"data-datastore": d.name},
+        h("th", {scope: "row"}, h("a", {href: `#/datastores/${d.name}`}, d.name)),
+        cell("protocol", d.protocol), cell("pool", d.pool),
+        cell("size", d.size, bytes(d.size)), cell("used", d.usage.used, bytes(d.usage.used)),
+        cell("serving", d.serving, d.serving ? "yes" : "no"),
+        cell("read_iops", m.read_iops, num(m.read_iops)),
+        cell("write_iops", m.write_iops, num(m.write_iops)),
+        cell("read_latency_ms", m.read_latency_ms, num(m.read_latency_ms, 2)),
+        cell("write_latency_ms", m.write_latency_ms, num(m.write_latency_ms, 2)));
+    });
+    show("Overview",
+      table("Pools", ["Pool", "Health", "Size", "Allocated", "Full", "Fragmentation", "SLOG",
+        "Datastores"], poolRows, "pools"),
+      table("Datastores (I/O from the last collection)", ["Datastore", "Protocol", "Pool",
+        "Size", "Used", "Serving", "Read IOPS", "Write IOPS", "Read ms", "Write ms"], dsRows,
+        "datastores"),
+      ...admin(h("p", {}, h("a", {href: "#/new", class: "button"}, "New datastore"))));
+    timer = setInterval(() => { if (location.hash === "#/" || location.hash === "") refresh(); },
+      10000);
+  }
+
+  async function refresh() {
+    try { await route(true); } catch (e) { say(e.message, true); }
+  }
+
+  const RANGES = ["15m", "1h", "6h", "24h", "7d", "30d"];
+
+  async function charts(path, range, spec) {
+    const s = await api("GET", `${path}?since=${range}`);
+    const figs = spec.map(([title, unit, keys]) => lineChart(title, unit, keys.map(([k, name]) =>
+      ({name, points: s.points.map(p => [p.ts, p.values[k] ?? null])}))));
+    return h("div", {class: "charts"}, figs);
+  }
+
+  function rangePicker(current, onpick) {
+    const sel = h("select", {id: "range", onchange: () => onpick(sel.value)},
+      RANGES.map(r => h("option", {value: r, selected: r === current}, r)));
+    return field("Time range", sel);
+  }
+
+  async function poolView(name, range = "1h") {
+    const p = await api("GET", `/pools/${name}`);
+    const spec = [["Pool operations", "per s", [["read_ops", "read"], ["write_ops", "write"]]],
+      ["Write waits", "ms", [["total_wait_write_ms", "total"], ["disk_wait_write_ms", "disk"],
+        ["syncq_wait_write_ms", "sync queue"], ["asyncq_wait_write_ms", "async queue"]]],
+      ["Read waits", "ms", [["total_wait_read_ms", "total"], ["disk_wait_read_ms", "disk"]]],
+      ["ARC hit ratio", "0-1", [["arc_hit_ratio", "ARC"], ["l2arc_hit_ratio", "L2ARC"]]]];
+    show(`Pool ${name}`,
+      h("dl", {class: "facts"},
+        h("dt", {}, "Health"), h("dd", {}, p.health),
+        h("dt", {}, "Size"), h("dd", {}, bytes(p.size)),
+        h("dt", {}, "Allocated"), h("dd", {}, `${bytes(p.allocated)} (${p.capacity}%)`),
+        h("dt", {}, "Fragmentation"), h("dd", {}, p.fragmentation === null ? "–" :
+          p.fragmentation + "%"),
+        h("dt", {}, "Datastores"), h("dd", {}, p.datastores.join(", ") || "none")),
+      rangePicker(range, r => poolView(name, r)),
+      await charts(`/pools/${name}/metrics`, range, spec));
+    timer = setInterval(() => { if (location.hash === `#/pools/${name}`) poolView(name, range)
+      .catch(e => say(e.message, true)); }, 10000);
+  }
+
+  function bodyFrom(d, size) {
+    const b = {protocol: d.protocol, size: size || d.size, pool: d.pool, thin: d.thin,
+      profile: d.profile};
+    if (d.nfs) b.nfs = {clients: d.nfs.clients};
+    if (d.iscsi) b.iscsi = {initiators: d.iscsi.initiators,
+      initiator_groups: d.iscsi.initiator_groups};
+    return b;
+  }
+
+  async function datastoreView(name, range = "1h") {
+    const [d, advice, snaps, results] = await Promise.all([
+      api("GET", `/datastores/${name}`), api("GET", `/datastores/${name}/advice`),
+      api("GET", `/datastores/${name}/snapshots`),
+      api("GET", `/probes/results?datastore=${encodeURIComponent(name)}&limit=10`)]);
+    const spec = [["IOPS", "per s", [["read_iops", "read"], ["write_iops", "write"]]],
+      ["Latency", "ms", [["read_latency_ms", "read"], ["write_latency_ms", "write"]]],
+      ["Throughput", "MB/s", [["read_mbps", "read"], ["write_mbps", "write"]]]];
+    const where = d.nfs ? (d.nfs.path || "") : (d.iscsi ? d.iscsi.iqn + " (" + d.iscsi.wwn + ")"
+      : "");
+    const adviceList = advice.length ? h("ul", {class: "advice"}, advice.map(f =>
+      h("li", {class: f.severity, "data-code": f.code}, h("strong", {}, f.title), " — ",
+        f.message, h("br"), h("em", {}, "Action: "), f.action,
+        h("details", {}, h("summary", {}, "Evidence"),
+          h("pre", {}, JSON.stringify(f.evidence, null, 1))))))
+      : h("p", {id: "no-advice"}, "No findings: nothing in the last 24 h of measurements " +
+        "stands out.");
+    const snapRows = snaps.map(s => h("tr", {},
+      h("th", {scope: "row"}, s.name), h("td", {}, when(s.created)),
+      h("td", {}, bytes(s.used)), h("td", {}, s.clones.join(", ") || "–"),
+      ...admin(h("td", {}, cloneForm(name, s.name),
+        h("button", {type: "button", onclick: guard(async () => {
+          if (!confirm(`Delete snapshot ${s.name}?`)) return;
+          await api("DELETE", `/datastores/${name}/snapshots/${s.name}`);
+          say(`snapshot ${s.name} deleted`); datastoreView(name, range);
+        })}, "Delete")))));
+    const resultRows = results.map(r => h("tr", {},
+      h("th", {scope: "row"}, h("a", {href: `#/probes/${r.id}`}, r.profile)),
+      h("td", {}, r.target.kind || ""), h("td", {}, r.status), h("td", {}, r.started_at),
+      h("td", {}, num(r.summary.iops, 0)), h("td", {}, num(r.summary.lat_p99_ms, 2))));
+    show(`Datastore ${name}`,
+      h("dl", {class: "facts"},
+        h("dt", {}, "Protocol"), h("dd", {}, `${d.protocol} (${d.profile})`),
+        h("dt", {}, "Pool"), h("dd", {}, d.pool),
+        h("dt", {}, "Size"), h("dd", {"data-field": "size", "data-value": d.size},
+          `${bytes(d.size)} ${d.thin ? "thin" : "thick"}`),
+        h("dt", {}, "Used"), h("dd", {"data-field": "used", "data-value": d.usage.used},
+          bytes(d.usage.used)),
+        h("dt", {}, "Serving"), h("dd", {}, d.serving ? "yes" : "no"),
+        h("dt", {}, "Path / target"), h("dd", {}, where),
+        h("dt", {}, "Clients"), h("dd", {}, d.connected_clients.join(", ") || "none")),
+      rangePicker(range, r => datastoreView(name, r)),
+      await charts(`/datastores/${name}/metrics`, range, spec),
+      h("h2", {}, "Advice"), adviceList,
+      ...admin(h("h2", {}, "Change"), growForm(d), snapshotForm(name),
+        h("button", {type: "button", class: "danger", id: "delete", onclick: guard(async () => {
+          if (!confirm(`Delete datastore ${name} and its data?`)) return;
+          await waitJob(await api("DELETE", `/datastores/${name}?wait=30`), `delete ${name}`);
+          location.hash = "#/";
+        })}, "Delete datastore")),
+      h("h2", {}, "Snapshots"),
+      table("Snapshots", ["Name", "Created", "Used", "Clones", ...admin("Actions")], snapRows),
+      h("h2", {}, "Probes"), ...admin(probeForm(d)),
+      table("Recent probe results", ["Profile", "Target", "Status", "Started", "IOPS",
+        "p99 ms"], resultRows, "probe-results"));
+    let busy = false;  // under a slow API a refresh must not start before the last ends
+    timer = setInterval(() => {
+      const a = document.activeElement;
+      const typing = a && ["INPUT", "SELECT", "TEXTAREA", "BUTTON"].includes(a.tagName);
+      if (location.hash === `#/datastores/${name}` && !typing && !busy) {
+        busy = true;
+        datastoreView(name, range).catch(() => {}).finally(() => { busy = false; });
+      }
+    }, 30000);
+  }
+
+  function growForm(d) {
+    if (d.iscsi && d.iscsi.chap_user) return h("p", {}, "Grow a CHAP datastore with the CLI " +
+      "(the secret is not shown here).");
+    const size = h("input", {type: "text", id: "grow-size", required: true,
+      placeholder: "e.g. 200G", size: 10});
+    return h("form", {id: "grow", onsubmit: guard(async () => {
+      await api("PUT", `/datastores/${d.name}`, bodyFrom(d, size.value.trim()));
+      say(`${d.name} grown to ${size.value}`); datastoreView(d.name);
+    })}, field("New size", size, "grow only; binary units (G, T)"),
+    h("button", {type: "submit"}, "Grow"));
+  }
+
+  function snapshotForm(name) {
+    const sn = h("input", {type: "text", id: "snap-name", required: true, size: 20});
+    return h("form", {id: "snapshot", onsubmit: guard(async () => {
+      await api("POST", `/datastores/${name}/snapshots`, {name: sn.value.trim()});
+      say(`snapshot ${sn.value} taken`); datastoreView(name);
+    })}, field("Snapshot name", sn), h("button", {type: "submit"}, "Take snapshot"));
+  }
+
+  function cloneForm(name, snap) {
+    const cn = h("input", {type: "text", required: true, size: 14,
+      id: `clone-${snap}`});
+    return h("form", {class: "inline", onsubmit: guard(async () => {
+      await api("POST", `/datastores/${name}/snapshots/${snap}/clones`, {name: cn.value.trim()});
+      say(`clone ${cn.value} made`); location.hash = `#/datastores/${cn.value.trim()}`;
+    })}, field(`Clone ${snap} as`, cn), h("button", {type: "submit"}, "Clone"));
+  }
+
+  let profileNames = null;  // the catalogue, fetched once: re-renders fill the list at once
+
+  function probeForm(d) {
+    const prof = h("select", {id: "probe-profile"});
+    const fill = names => prof.replaceChildren(...names.map(n =>
+      h("option", {value: n, selected: n === "randread-4k-qd32"}, n)));
+    if (profileNames) fill(profileNames);
+    else api("GET", "/probes/profiles").then(ps => { profileNames = ps.map(p => p.name);
+      fill(profileNames); }).catch(e => say(e.message, true));
+    const targets = ["local", d.protocol === "iscsi" ? "iscsi" : "nfs"];
+    const tgt = h("select", {id: "probe-target"}, targets.map(t => h("option", {value: t}, t)));
+    const rt = h("input", {type: "number", id: "probe-runtime", min: 1, max: 3600, value: 10});
+    return h("form", {id: "probe", onsubmit: guard(async () => {
+      const job = await api("POST", "/probes", {profile: prof.value, datastore: d.name,
+        target: tgt.value, overrides: {runtime: Number(rt.value), ramp: 1, size: "64m"}});
+      await waitJob(job, `probe ${prof.value}`);
+      location.hash = `#/probes/${job.result_id}`;
+    })}, field("Profile", prof), field("Target", tgt), field("Runtime (s)", rt),
+    h("button", {type: "submit"}, "Run probe"));
+  }
+
+  async function newView() {
+    if (!session.admin) { show("New datastore", h("p", {}, "A readonly token cannot create " +
+      "datastores.")); return; }
+    const pools = await api("GET", "/pools");
+    const name = h("input", {type: "text", id: "ds-name", required: true,
+      pattern: "[A-Za-z0-9][A-Za-z0-9_.:-]*"});
+    const proto = h("select", {id: "ds-protocol"}, ["nfs3", "nfs41", "iscsi"].map(p =>
+      h("option", {value: p}, p)));
+    const size = h("input", {type: "text", id: "ds-size", required: true, value: "100G"});
+    const pool = h("select", {id: "ds-pool"}, pools.map(p => h("option", {value: p.name},
+      p.name)));
+    const thin = h("input", {type: "checkbox", id: "ds-thin", checked: true});
+    const profile = h("select", {id: "ds-profile"}, ["vmware", "kvm"].map(p =>
+      h("option", {value: p}, p)));
+    const clients = h("textarea", {id: "ds-clients", rows: 3, cols: 40},
+      "192.0.2.0/24 rw");
+    const inits = h("textarea", {id: "ds-initiators", rows: 3, cols: 40});
+    const form = h("form", {id: "new-datastore", onsubmit: guard(async () => {
+      const body = {protocol: proto.value, size: size.value.trim(), pool: pool.value,
+        thin: thin.checked, profile: profile.value};
+      const lines = t => t.value.split("\n").map(l => l.trim()).filter(Boolean);
+      if (proto.value === "iscsi") body.iscsi = {initiators: lines(inits)};
+      else body.nfs = {clients: lines(clients).map(l => {
+        const [match, access] = l.split(/\s+/);
+        return {match, access: access === "ro" ? "ro" : "rw"};
+      })};
+      const d = await api("PUT", `/datastores/${name.value.trim()}`, body);
+      say(`datastore ${d.name} created`);
+      location.hash = "#/";
+    })},
+    field("Name", name), field("Protocol", proto, "nfs3 is the safe default for ESXi"),
+    field("Size", size, "bytes or 100G / 1.5T"), field("Pool", pool),
+    field("Thin", thin), field("Profile", profile),
+    field("NFS clients", clients, "one per line: IP, CIDR or host name, then rw or ro"),
+    field("iSCSI initiators", inits, "one IQN per line"),
+    h("button", {type: "submit"}, "Create datastore"));
+    show("New datastore", form);
+  }
+
+  async function jobsView() {
+    const jobs = (await api("GET", "/jobs?limit=100")).filter(j => j.kind !== "metrics.collect");
+    const rows = jobs.map(j => h("tr", {"data-job": j.id},
+      h("td", {}, j.kind), h("td", {}, j.target || "–"), h("td", {}, j.state),
+      h("td", {}, h("progress", {max: 1, value: j.progress,
+        "aria-label": `${j.kind} progress`}), " ", Math.round(j.progress * 100) + "%"),
+      h("td", {}, j.message || (j.error && j.error.message) || ""), h("td", {}, when(j.created)),
+      ...admin(h("td", {}, j.state === "queued" || j.state === "running" ?
+        h("button", {type: "button", onclick: guard(async () => {
+          await api("POST", `/jobs/${j.id}/cancel`); jobsView();
+        })}, "Cancel") : ""))));
+    show("Jobs", table("Jobs (newest first; metric collections left out)",
+      ["Kind", "Target", "State", "Progress", "Message", "Created", ...admin("")], rows, "jobs"));
+    timer = setInterval(() => { if (location.hash === "#/jobs") jobsView().catch(() => {}); },
+      3000);
+  }
+
+  async function probesView() {
+    const results = await api("GET", "/probes/results?limit=50");
+    const picked = new Set();
+    const rows = results.map(r => h("tr", {},
+      h("td", {}, h("input", {type: "checkbox", "aria-label": `select ${r.id}`,
+        onchange: ev => { ev.target.checked ? picked.add(r.id) : picked.delete(r.id); }})),
+      h("th", {scope: "row"}, h("a", {href: `#/probes/${r.id}`}, r.id)),
+      h("td", {}, r.profile), h("td", {}, r.target.datastore || ""),
+      h("td", {}, r.target.kind || ""), h("td", {}, r.status), h("td", {}, r.started_at),
+      h("td", {}, num(r.summary.iops, 0)), h("td", {}, num(r.summary.lat_p99_ms, 2))));
+    const out = h("div", {id: "compare-out"});
+    show("Probe results",
+      table("Results (newest first)", ["", "Id", "Profile", "Datastore", "Target", "Status",
+        "Started", "IOPS", "p99 ms"], rows, "results"),
+      h("button", {type: "button", id: "compare", onclick: guard(async () => {
+        const [a, b] = [...picked];
+        if (!a || !b || picked.size !== 2) throw new Error("select exactly two results");
+        const c = await api("GET", `/probes/compare?a=${a}&b=${b}`);
+        const rowsC = (c.summary || []).map(v => h("tr", {"data-metric": v.metric},
+          h("th", {scope: "row"}, v.metric), h("td", {}, num(v.a, 3)), h("td", {}, num(v.b, 3)),
+          h("td", {}, num(v.ratio, 3)), h("td", {}, v.better || "")));
+        out.replaceChildren(table(`b / a: ${b} vs ${a}`, ["Metric", "a", "b", "b/a", "Better"],
+          rowsC), await blobImage(`/probes/results/${a}/plot?with=${b}`, "overlaid time series"));
+      })}, "Compare selected"), out);
+  }
+
+  async function probeView(id) {
+    const r = await api("GET", `/probes/results/${id}`);
+    const rows = Object.entries(r.summary).map(([k, v]) => h("tr", {},
+      h("th", {scope: "row"}, k), h("td", {}, num(v, 3))));
+    show(`Probe ${r.profile} on ${r.target.datastore || "?"} (${r.target.kind || ""})`,
+      h("p", {}, `${r.status}, ${r.started_at} – ${r.ended_at}`, r.error ? " — " + r.error : ""),
+      table("Summary", ["Metric", "Value"], rows, "probe-summary"),
+      await blobImage(`/probes/results/${id}/plot`, `${r.profile} plot`));
+  }
+
+  // ---- routing -----------------------------------------------------------------------
+  async function route(quiet) {
+    if (!session.token) { loginView(); return; }
+    document.getElementById("nav").hidden = false;
+    document.getElementById("logout").hidden = false;
+    document.getElementById("who").textContent = `${session.name} (${session.role})`;
+    for (const a of document.querySelectorAll("[data-admin]")) a.hidden = !session.admin;
+    const hash = location.hash || "#/";
+    const [, view, arg] = hash.split("/");
+    if (!quiet) say("");
+    if (view === "login") return loginView();
+    if (view === "" || view === undefined) return overview();
+    if (view === "pools" && arg) return poolView(decodeURIComponent(arg));
+    if (view === "datastores" && arg) return datastoreView(decodeURIComponent(arg));
+    if (view === "new") return newView();
+    if (view === "jobs") return jobsView();
+    if (view === "probes" && arg) return probeView(decodeURIComponent(arg));
+    if (view === "probes") return probesView();
+    show("Not found", h("p", {}, "No such page. ", h("a", {href: "#/"}, "Overview")));
+  }
+
+  document.getElementById("logout").addEventListener("click", () => {
+    session.clear(); location.hash = "#/login"; loginView();
+  });
+  window.addEventListener("hashchange", () => route().catch(e => say(e.message, true)));
+  route().catch(e => say(e.message, true));
+})();

@@ -1,0 +1,1 @@
+"""Metrics: the collector, bounded history, Prometheus exposition and advice."""

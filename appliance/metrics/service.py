@@ -1,0 +1,224 @@
+"""The metrics use cases: collect on the scheduler, keep history, answer series, latest
+numbers and advice.
+
+The collector runs on the one scheduler (task ``metrics``, job kind ``metrics.collect``,
+every ``interval`` seconds); each run is a job, and runs older than the newest
+:data:`KEEP_JOBS` are deleted so the jobs table stays bounded (8,640 runs a day at 10 s).
+
+:func:`build` makes the service from the context; everything else takes plain callables.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from appliance.context import Context
+from appliance.errors import InvalidInput, NotFound, ZdsError
+from appliance.host.iostats import IoStatsHost
+from appliance.jobs import JobContext
+from appliance.metrics import advice as adv
+from appliance.metrics.collector import Collection, Collector, DatastoreSample
+from appliance.metrics.history import MAX_POINTS, History, SeriesPoint
+from appliance.model import DatastoreRecord
+from appliance.probes.service import ProbeService
+from appliance.probes.store import ResultFilter
+from appliance.scheduler import Task, every
+
+log = logging.getLogger(__name__)
+
+TASK = "metrics"
+JOB_KIND = "metrics.collect"
+KEEP_JOBS = 60  # the last 10 minutes of runs at the default interval
+RETAIN_EVERY = 30  # runs between two retention passes (5 min at 10 s)
+ADVICE_WINDOW_H = 24.0
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+@dataclass(frozen=True)
+class Series:
+    subject: str
+    since: float
+    until: float
+    step: float
+    points: list[SeriesPoint]
+
+
+def parse_duration(text: str, what: str) -> float:
+    m = _DURATION.match(text.strip())
+    if m is None:
+        try:
+            value = float(text)
+        except ValueError:
+            raise InvalidInput(f"{what}: {text!r} is not a duration (30s, 5m, 1h, 2d or "
+                               "seconds)") from None
+    else:
+        value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not 0 < value <= 400 * 86400:
+        raise InvalidInput(f"{what}: {text!r} must be more than 0 and at most 400 days")
+    return value
+
+
+def parse_since(text: str | None, now: float, default: float = 3600.0) -> float:
+    """A time: a duration back from now (1h), a unix time or an ISO 8601 date-time."""
+    if not text:
+        return now - default
+    t = text.strip()
+    if _DURATION.match(t):
+        return now - parse_duration(t, "since")
+    try:
+        value = float(t)
+    except ValueError:
+        try:
+            return datetime.fromisoformat(t.replace("Z", "+00:00")).timestamp()
+        except ValueError:
+            raise InvalidInput(f"since: {text!r} is not a duration (1h), a unix time or an "
+                               "ISO 8601 time") from None
+    if value > 1e9:
+        return value
+    raise InvalidInput(f"since: {text!r}: give a unix time, or a duration such as 1h")
+
+
+class MetricsService:
+    def __init__(self, collector: Collector | None, history: History,
+                 records: Callable[[], Iterable[DatastoreRecord]],
+                 dataset_properties: Callable[[DatastoreRecord], Mapping[str, str]],
+                 probe_results: Callable[[str], Sequence[Mapping[str, Any]]],
+                 prune_jobs: Callable[[int], int], interval: float,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.collector = collector
+        self.history = history
+        self.records = records
+        self.dataset_properties = dataset_properties
+        self.probe_results = probe_results
+        self.prune_jobs = prune_jobs
+        self.interval = interval
+        self.clock = clock
+        self._runs = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.collector is not None and self.interval > 0
+
+    def task(self) -> Task:
+        return Task(TASK, JOB_KIND, None, every(self.interval), self._run)
+
+    def _run(self, ctx: JobContext, slot: float) -> dict[str, Any]:
+        col = self.collect()
+        return {"datastores": len(col.datastores), "pools": len(col.pools),
+                "errors": col.errors}
+
+    def collect(self) -> Collection:
+        """One collection: read, difference, record; retention and job pruning now and
+        then."""
+        if self.collector is None:
+            raise NotFound("metrics are not collected on this appliance (no I/O sources)")
+        col = self.collector.collect()
+        self.history.add(col.datastores, col.pools)
+        self._runs += 1
+        if self._runs % RETAIN_EVERY == 1:
+            self.history.retain()
+        self.prune_jobs(KEEP_JOBS)
+        return col
+
+    # --- reading ------------------------------------------------------------------------
+
+    def _record(self, name: str) -> DatastoreRecord:
+        for r in self.records():
+            if r.name == name:
+                return r
+        raise NotFound(f"datastore {name!r} not found")
+
+    def _window(self, since: str | None, step: str | None) -> tuple[float, float, float]:
+        now = self.clock()
+        start = parse_since(since, now)
+        if start >= now:
+            raise InvalidInput("since: must be in the past")
+        span = now - start
+        st = parse_duration(step, "step") if step else max(self.interval or 10.0, span / 300)
+        if span / st > MAX_POINTS:
+            raise InvalidInput(f"step: {st:g} s gives {span / st:.0f} points over that "
+                               f"window; at most {MAX_POINTS} (use a larger step)")
+        return start, now, st
+
+    def datastore_series(self, name: str, since: str | None = None,
+                         step: str | None = None) -> Series:
+        self._record(name)
+        start, now, st = self._window(since, step)
+        return Series(name, start, now, st, self.history.datastore_series(name, start, now, st))
+
+    def pool_series(self, pool: str, since: str | None = None,
+                    step: str | None = None) -> Series:
+        start, now, st = self._window(since, step)
+        points = self.history.pool_series(pool, start, now, st)
+        if not points and pool not in {r.spec.pool for r in self.records()} \
+                and not self.history.pool_rows(pool, 0):
+            raise NotFound(f"no metrics for pool {pool!r}")
+        return Series(pool, start, now, st, points)
+
+    def latest(self) -> Collection | None:
+        return self.collector.latest if self.collector else None
+
+    def latest_datastores(self) -> dict[str, DatastoreSample]:
+        col = self.latest()
+        return {s.name: s for s in col.datastores} if col else {}
+
+    def advice(self, name: str) -> list[adv.Finding]:
+        rec = self._record(name)
+        since = self.clock() - ADVICE_WINDOW_H * 3600
+        try:
+            props = dict(self.dataset_properties(rec))
+        except ZdsError:
+            props = {}
+        facts = adv.DatastoreFacts(
+            name=rec.name, pool=rec.spec.pool, protocol=rec.spec.protocol, thin=rec.spec.thin,
+            properties=props, samples=self.history.datastore_samples(name, since),
+            pool_rows=self.history.pool_rows(rec.spec.pool, since),
+            probes=self.probe_results(name), window_hours=ADVICE_WINDOW_H)
+        return adv.advise(facts)
+
+
+ADVICE_PROPERTIES = ("recordsize", "volblocksize", "volsize", "sync", "used", "logbias")
+
+
+def build(ctx: Context, stats: IoStatsHost | None, probes: ProbeService) -> MetricsService:
+    """The service on the context's store, ZFS and ganesha; registers the collector on
+    the scheduler when there are I/O sources and an interval."""
+    store = ctx.store
+    collector = None
+    if stats is not None:
+        collector = Collector(stats, ctx.zfs, ctx.ganesha, store.list_datastores,
+                              probes.registry.running)
+
+    def dataset_properties(rec: DatastoreRecord) -> Mapping[str, str]:
+        info = ctx.zfs.get_dataset(rec.spec.dataset, ADVICE_PROPERTIES)
+        return {k: info.prop(k) for k in ADVICE_PROPERTIES} if info else {}
+
+    def probe_results(name: str) -> list[dict[str, Any]]:
+        rows = probes.list(ResultFilter(datastore=name, status="ok", limit=200))
+        return [{"id": r.id, "profile": r.profile, "target": r.target.get("kind", ""),
+                 "started_at": r.started_at, "iops": r.summary.get("iops")} for r in rows]
+
+    def prune(keep: int) -> int:
+        with store.connect() as db:
+            cur = db.execute(
+                "DELETE FROM jobs WHERE kind = ? AND state IN ('succeeded', 'failed', "
+                "'cancelled') AND id NOT IN (SELECT id FROM jobs WHERE kind = ? "
+                "ORDER BY created DESC LIMIT ?)", (JOB_KIND, JOB_KIND, keep))
+        return int(cur.rowcount)
+
+    svc = MetricsService(collector, History(store), store.list_datastores,
+                         dataset_properties, probe_results, prune,
+                         ctx.settings.metrics_interval)
+    if svc.enabled:
+        ctx.scheduler.register(svc.task())
+        assert collector is not None
+        probes.before_cleanup.append(collector.checkpoint_probe)
+    return svc

@@ -1,0 +1,255 @@
+"""The engine at scale: API latency at 10 .. 1,000 datastores, and boot-to-all-served.
+
+    python -m bench.scale [--counts 10,100,300,1000] [--disk-size 160G] [--state DIR]
+
+Boots its own appliance from the cached image (QEMU; TCG here), with two sparse data
+disks large enough for the default pool to hold every datastore (64 MiB each, thin),
+then creates datastores through the REST API, alternating nfs3 and iscsi. At each count
+N it reports, from the host:
+
+- PUT p50/p95: the last ``--sample`` PUTs before reaching N, one at a time (each
+  creates a dataset or zvol and its export or LUN; the bulk before them is made by
+  ``--parallel`` clients);
+- GET list (all N), GET one (an NFS and an iSCSI datastore), health and drift: medians;
+- the API's resident memory (``ps`` of zds-api's main PID in the guest);
+
+and the ratio of each to its value at the first count. Then it reboots the appliance and
+reports, from the guest's own clocks (systemd unit timestamps and the API's health
+``started_at``): the time ``zpool import`` + mounts took, the time until every export
+and LUN was served again, their ratio, and the slowest health answer while starting.
+
+Targets (issue 8): PUT p50 at 1,000 <= 1.5x at 10; list at 1,000 <= 5x at 10; health
+< 1 s at every N; boot-to-all-served <= 2x import + mount. Never a timed test: a run
+takes hours under emulation; record it in docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from images import build
+from images.vm import Appliance, Ports, kvm_works
+
+INITIATOR = "iqn.2026-11.org.example:bench"
+HOST_AS_SEEN = "10.0.2.2"
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    return int(float(text[:-1]) * units[text[-1].upper()]) if text[-1].isalpha() \
+        else int(text)
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    t0 = time.monotonic()
+    fn()
+    return time.monotonic() - t0
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+class Bench:
+    def __init__(self, vm: Appliance) -> None:
+        self.vm = vm
+        self.http = httpx.Client(base_url=vm.api_url + "/api/v1", verify=False, timeout=1800,
+                                 headers={"Authorization": f"Bearer {vm.admin_token()}"})
+
+    def ok(self, method: str, path: str, **kw: Any) -> Any:
+        r = self.http.request(method, path, **kw)
+        if r.status_code >= 400:
+            raise SystemExit(f"{method} {path}: {r.status_code} {r.text[:500]}")
+        return r.json() if r.content else None
+
+    def put(self, i: int) -> float:
+        name = f"bench{i:04d}"
+        body: dict[str, Any] = (
+            {"protocol": "nfs3", "size": "64M",
+             "nfs": {"clients": [{"match": HOST_AS_SEEN, "access": "rw"}]}}
+            if i % 2 == 0 else
+            {"protocol": "iscsi", "size": "64M", "iscsi": {"initiators": [INITIATOR]}})
+        return timed(lambda: self.ok("PUT", f"/datastores/{name}", json=body))
+
+    def health(self) -> tuple[float, dict[str, Any]]:
+        t0 = time.monotonic()
+        r = self.http.get("/system/health")
+        return time.monotonic() - t0, r.json()
+
+    def rss_mib(self) -> float:
+        rc, out = self.vm.exec("ps -o rss= -p $(systemctl show -p MainPID --value zds-api)")
+        return int(out.strip()) / 1024 if rc == 0 and out.strip().isdigit() else 0.0
+
+    def measure(self, n: int, puts: list[float]) -> dict[str, float]:
+        names = [f"bench{n - 2:04d}", f"bench{n - 1:04d}"]  # one nfs, one iscsi
+        lists = [timed(lambda: self.ok("GET", "/datastores")) for _ in range(3)]
+        gets = [timed(lambda nm=nm: self.ok("GET", f"/datastores/{nm}"))  # type: ignore[misc]
+                for _ in range(3) for nm in names]
+        healths = [self.health()[0] for _ in range(5)]
+        drifts: list[float] = []
+        for _ in range(3):
+            t0 = time.monotonic()
+            d = self.ok("GET", "/system/drift")
+            drifts.append(time.monotonic() - t0)
+            if not d["in_sync"]:
+                print(f"  drift at N={n}: {d['items'][:5]}", file=sys.stderr)
+        return {"n": n, "put_p50": statistics.median(puts), "put_p95": pct(puts, 0.95),
+                "list": statistics.median(lists), "get": statistics.median(gets),
+                "health": statistics.median(healths), "health_max": max(healths),
+                "drift": statistics.median(drifts), "rss_mib": self.rss_mib()}
+
+    def unit_times(self) -> dict[str, tuple[float, float]]:
+        """(start, end) unix times of the boot's ZFS units, from systemd."""
+        out: dict[str, tuple[float, float]] = {}
+        for unit in ("zfs-import-cache.service", "zfs-import-scan.service",
+                     "zfs-mount.service", "zfs-volume-wait.service", "zds-api.service"):
+            rc, text = self.vm.exec(
+                f"systemctl show --timestamp=unix -p ExecMainStartTimestamp "
+                f"-p ExecMainExitTimestamp -p ActiveEnterTimestamp {unit}")
+            vals = dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+            start = vals.get("ExecMainStartTimestamp", "").lstrip("@")
+            end = (vals.get("ExecMainExitTimestamp") or vals.get("ActiveEnterTimestamp", "")
+                   ).lstrip("@")
+            if rc == 0 and start.replace(".", "").isdigit() and end.replace(".", "").isdigit():
+                out[unit] = (float(start), float(end))
+        return out
+
+    def reboot(self) -> dict[str, float]:
+        """Reboots, polls health while the API restores everything, reads the timings."""
+        old = self.vm.boot_id()
+        self.vm.exec("systemctl reboot", timeout=30)
+        deadline = time.monotonic() + 3600
+        while time.monotonic() < deadline:
+            time.sleep(2)
+            try:
+                if self.vm.boot_id() not in ("", old):
+                    break
+            except Exception:  # the control channel is down while it reboots
+                continue
+        slowest, started = 0.0, 0.0
+        while time.monotonic() < deadline:
+            try:
+                took, h = self.health()
+            except httpx.HTTPError:
+                time.sleep(1)
+                continue
+            slowest = max(slowest, took)
+            if h.get("status") != "starting" and h.get("started_at"):
+                started = float(h["started_at"])
+                break
+            time.sleep(1)
+        units = self.unit_times()
+        imp = units.get("zfs-import-cache.service") or units.get("zfs-import-scan.service")
+        mount = units.get("zfs-mount.service")
+        vols = units.get("zfs-volume-wait.service")
+        if imp is None or mount is None:
+            raise SystemExit(f"no ZFS import/mount timestamps in the guest: {units}")
+        zfs_end = max(mount[1], vols[1] if vols else 0.0)
+        return {"import_mount_s": mount[1] - imp[0], "zfs_with_zvols_s": zfs_end - imp[0],
+                "all_served_s": started - imp[0] if started else -1.0,
+                "api_restore_s": started - zfs_end if started else -1.0,
+                "health_max_while_starting_s": slowest}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--counts", default="10,100,300,1000")
+    ap.add_argument("--disk-size", default="160G", help="each of the two data disks")
+    ap.add_argument("--memory", type=int, default=4096, help="guest MiB")
+    ap.add_argument("--sample", type=int, default=10, help="PUTs timed per count")
+    ap.add_argument("--parallel", type=int, default=2, help="clients making the bulk")
+    ap.add_argument("--state", help="keep the appliance's files here (default: a temp dir)")
+    ap.add_argument("--json", help="also write the results to this file")
+    args = ap.parse_args(argv)
+    counts = [int(c) for c in args.counts.split(",")]
+    state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="zds-scale-"))
+    vm = Appliance(state_dir=state, base_image=build.build() / "zds.raw",
+                   ports=Ports.random_free(), test_control=True,
+                   data_disk_size=parse_size(args.disk_size), memory_mib=args.memory)
+    vm.prepare(fresh_system=True, fresh_data=True)
+    kvm = kvm_works()
+    vm.start(kvm=kvm)
+    rows: list[dict[str, float]] = []
+    boot: dict[str, float] = {}
+    started = datetime.now(UTC)
+    try:
+        vm.wait_control(900)
+        vm.wait_healthy(900)
+        bench = Bench(vm)
+        made = 0
+        for n in counts:
+            # the bulk two at a time (the lock serializes the changes; the TLS and HTTP
+            # work overlaps), then the timed sample one by one
+            bulk_end = max(made, n - args.sample)
+            with ThreadPoolExecutor(max_workers=args.parallel) as pool:
+                for i, took in enumerate(pool.map(bench.put, range(made, bulk_end))):
+                    if (made + i + 1) % 50 == 0:
+                        print(f"  {made + i + 1} datastores, last PUT {took:.2f} s",
+                              file=sys.stderr)
+            made = bulk_end
+            puts: list[float] = []
+            while made < n:
+                puts.append(bench.put(made))
+                made += 1
+            row = bench.measure(n, puts)
+            rows.append(row)
+            print("  " + json.dumps(row), file=sys.stderr)
+        boot = bench.reboot()
+        after = bench.ok("GET", "/datastores")
+        served = sum(1 for d in after if d["serving"])
+        drift = bench.ok("GET", "/system/drift")
+        boot.update(datastores=len(after), served=served, in_sync=float(drift["in_sync"]))
+    finally:
+        vm.stop(timeout=120)
+        if not args.state:
+            shutil.rmtree(state, ignore_errors=True)
+    report(rows, boot, kvm, started)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"rows": rows, "boot": boot}, indent=2) + "\n")
+    return 0
+
+
+def report(rows: list[dict[str, float]], boot: dict[str, float], kvm: bool,
+           started: datetime) -> None:
+    base = rows[0]
+    print(f"# bench.scale, {started.isoformat(timespec='seconds')}, "
+          f"{'KVM' if kvm else 'QEMU TCG'} guest, host {platform.node()}")
+    print(f"{'N':>5} {'PUT p50':>8} {'PUT p95':>8} {'list':>7} {'get':>6} {'health':>7} "
+          f"{'drift':>7} {'RSS MiB':>8} | {'PUT/N0':>7} {'list/N0':>8} {'health/N0':>9}")
+    for r in rows:
+        print(f"{int(r['n']):>5} {r['put_p50']:>8.2f} {r['put_p95']:>8.2f} {r['list']:>7.2f} "
+              f"{r['get']:>6.2f} {r['health']:>7.3f} {r['drift']:>7.2f} {r['rss_mib']:>8.0f} | "
+              f"{r['put_p50'] / base['put_p50']:>7.2f} {r['list'] / base['list']:>8.2f} "
+              f"{r['health'] / base['health']:>9.2f}")
+    if boot:
+        ratio = boot["all_served_s"] / boot["import_mount_s"] if boot["import_mount_s"] else 0
+        print(f"# reboot with {int(boot.get('datastores', 0))} datastores: zpool import + "
+              f"mounts {boot['import_mount_s']:.1f} s (with zvol links "
+              f"{boot['zfs_with_zvols_s']:.1f} s); all served {boot['all_served_s']:.1f} s "
+              f"after the import started ({ratio:.2f}x import + mounts; the API's restore "
+              f"itself {boot['api_restore_s']:.1f} s); {int(boot.get('served', 0))} serving, "
+              f"drift {'empty' if boot.get('in_sync') else 'NOT empty'}; slowest health while "
+              f"starting {boot['health_max_while_starting_s']:.3f} s")
+
+
+if __name__ == "__main__":
+    t0 = time.monotonic()
+    rc = main()
+    print(f"# took {time.monotonic() - t0:.0f} s")
+    raise SystemExit(rc)

@@ -1,0 +1,110 @@
+"""A mirror disk fails: the appliance boots without it, reports the pool degraded (200,
+with ZFS's problem and action) while every datastore is still served, and the admin
+replaces the disk through the API until the pool is ONLINE again, data intact."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.clients import Iscsi, Nfs
+from tests.e2e.conftest import E2EAppliance
+
+pytestmark = pytest.mark.e2e
+
+INITIATOR = "iqn.2026-11.org.example:host1"
+HOST_AS_SEEN = "10.0.2.2"
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=900,
+                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+        yield c
+
+
+def ok(resp: httpx.Response, status: int = 200) -> Any:
+    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
+                                       f"{resp.status_code} {resp.text}"
+    return resp.json() if resp.content else None
+
+
+def disks(pool: dict[str, Any]) -> dict[str, str]:
+    out: dict[str, str] = {}
+
+    def walk(node: dict[str, Any]) -> None:
+        for child in node["children"]:
+            if child["children"]:
+                walk(child)
+            elif child["name"] not in ("logs", "cache", "spares"):
+                out[child["name"]] = child["state"]
+
+    walk(pool["vdevs"])
+    return out
+
+
+def wait_health(api: httpx.Client, want: str, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        h: dict[str, Any] = api.get("/system/health").json()
+        if h["status"] == want or time.monotonic() > deadline:
+            return h
+        time.sleep(3)
+
+
+def test_a_failed_mirror_disk_is_degraded_then_replaced(
+        appliance: E2EAppliance, api: httpx.Client, tmp_path: Path) -> None:
+    nfs, iscsi = Nfs(appliance.nfs_port, appliance.mountd_port, tmp_path), \
+        Iscsi(appliance.iscsi_port, tmp_path)
+    d = ok(api.put("/datastores/deg-nfs", json={
+        "protocol": "nfs3", "size": "1G",
+        "nfs": {"clients": [{"match": HOST_AS_SEEN, "access": "rw"}]}}), 201)
+    lun = ok(api.put("/datastores/deg-lun", json={
+        "protocol": "iscsi", "size": "256M", "iscsi": {"initiators": [INITIATOR]}}), 201)
+    payload = os.urandom(2 * MiB)
+    nfs.put(d["nfs"]["path"], "keep.bin", payload)
+    block = tmp_path / "block.bin"
+    block.write_bytes(os.urandom(MiB))
+    iscsi.write(lun["iscsi"]["iqn"], INITIATOR, block, 4 * MiB)
+    before = disks(ok(api.get("/pools/tank")))
+    assert len(before) == 2 and set(before.values()) == {"ONLINE"}, before
+
+    t0 = time.monotonic()
+    appliance.restart_with_disks((0, 2))  # zdsdata1 has failed; zdsdata2 is new and empty
+    assert appliance.api_healthy, f"no API after the boot; see {appliance.serial_log}"
+    print(f"\n[e2e] boot with a failed mirror disk: API up after {time.monotonic() - t0:.0f} s")
+    h = api.get("/system/health")
+    assert h.status_code == 200, h.text
+    health = h.json()
+    assert health["status"] == "degraded" and health["components"]["zfs"]["ok"], health
+    (problem,) = health["pools"]
+    assert problem["pool"] == "tank" and problem["health"] == "DEGRADED", problem
+    assert "replace" in problem["action"].lower(), problem
+    served = {x["name"]: x["serving"] for x in ok(api.get("/datastores"))}
+    assert served == {"deg-nfs": True, "deg-lun": True}, served
+    assert nfs.get(d["nfs"]["path"], "keep.bin") == payload
+    got = iscsi.read(lun["iscsi"]["iqn"], INITIATOR, 4 * MiB, MiB) or b""
+    assert hashlib.sha256(got).digest() == hashlib.sha256(block.read_bytes()).digest()
+    now = disks(ok(api.get("/pools/tank")))
+    failed = [name for name, state in now.items() if state != "ONLINE"]
+    assert len(failed) == 1, now
+
+    job = ok(api.post("/pools/tank/disks/replace", params={"wait": 600}, json={
+        "disk": failed[0], "new_disk": "/dev/disk/by-id/virtio-zdsdata2"}), 202)
+    assert job["state"] == "succeeded", job
+    assert job["result"]["health"] == "ONLINE", job
+    after = disks(ok(api.get("/pools/tank")))
+    assert "virtio-zdsdata2" in after and set(after.values()) == {"ONLINE"}, after
+    assert wait_health(api, "ok")["status"] == "ok"
+    assert nfs.get(d["nfs"]["path"], "keep.bin") == payload
+    for name in ("deg-nfs", "deg-lun"):
+        job = ok(api.delete(f"/datastores/{name}", params={"wait": 300, "force": True}), 202)
+        assert job["state"] == "succeeded", job

@@ -1,0 +1,203 @@
+"""The web console in a real headless Chromium against the API on fakes (uvicorn on
+127.0.0.1, like `zds demo`): log in, see the pool, create an NFS datastore through the
+form, see it listed with the API's numbers, run a probe and see its plot, compare two
+results; a readonly token finds no control that changes anything. Screenshots are saved
+(tests/browser.py says where)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from api.app import create_app
+from appliance.demo import demo_engine
+from appliance.engine import Engine
+from appliance.host.fio import FakeFio
+from tests import browser
+from tests.browser import css, wait_for
+
+pytestmark = pytest.mark.integration
+
+if (why := browser.available()) is not None:
+    pytest.skip(why, allow_module_level=True)
+
+FIX = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "fio"
+ADMIN_ONLY = ("form#new-datastore", "form#grow", "form#snapshot", "form#probe", "#delete",
+              "button.danger")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Served:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.port = _free_port()
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.admin = engine.tokens.create("browser-admin", "admin")
+        self.readonly = engine.tokens.create("browser-ro", "readonly")
+        config = uvicorn.Config(create_app(engine, start=False), host="127.0.0.1",
+                                port=self.port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def api(self, method: str, path: str, **kw: Any) -> Any:
+        r = httpx.request(method, self.base + "/api/v1" + path, timeout=30,
+                          headers={"Authorization": f"Bearer {self.admin}"}, **kw)
+        assert r.status_code < 300, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    engine = demo_engine(Path(tmp_path_factory.mktemp("console")))
+    probes = engine.ctx.hosts.probes
+    assert probes is not None and isinstance(probes.fio, FakeFio)
+    # the fake fio answers with a captured vm-mixed-4k run
+    probes.fio.json_text = (FIX / "vm-mixed-4k.json").read_text()
+    probes.fio.logs = {p.name: p.read_text() for p in (FIX / "vm-mixed-4k-logs").iterdir()}
+    s = Served(engine)
+    s.thread.start()
+    wait_for(lambda: s.server.started, what="uvicorn")
+    yield s
+    s.server.should_exit = True
+    s.thread.join(timeout=10)
+    engine.close()
+
+
+def test_admin_console(served: Served) -> None:
+    s = served
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        assert "tank" in css(d, "table#pools")[0].text
+        browser.screenshot(d, "console-overview-empty")
+
+        # create an NFS datastore through the form
+        d.get(s.base + "/ui#/new")
+        wait_for(lambda: css(d, "form#new-datastore"), what="the form")
+        css(d, "#ds-name")[0].send_keys("web-nfs01")
+        size = css(d, "#ds-size")[0]
+        size.clear()
+        size.send_keys("20G")
+        clients = css(d, "#ds-clients")[0]
+        clients.clear()
+        clients.send_keys("127.0.0.1 rw")
+        css(d, "form#new-datastore button[type=submit]")[0].click()
+        wait_for(lambda: css(d, 'tr[data-datastore="web-nfs01"]'), what="the new row")
+        ds = s.api("GET", "/datastores/web-nfs01")
+        assert ds["protocol"] == "nfs3" and ds["nfs"]["clients"] == [
+            {"match": "127.0.0.1", "access": "rw"}]
+
+        # two collections: the listed numbers must be the API's
+        s.engine.metrics.collect()
+        time.sleep(1.1)
+        s.engine.metrics.collect()
+        d.refresh()
+        wait_for(lambda: css(d, 'tr[data-datastore="web-nfs01"] td[data-field=read_iops]'
+                                '[data-value]:not([data-value=""])'), what="IOPS")
+        latest = {m["name"]: m for m in s.api("GET", "/metrics/datastores")}
+        api_ds = {x["name"]: x for x in s.api("GET", "/datastores")}
+        cells = {c.get_attribute("data-field"): c.get_attribute("data-value") or ""
+                 for c in css(d, 'tr[data-datastore="web-nfs01"] td')}
+        assert float(cells["read_iops"]) == latest["web-nfs01"]["read_iops"] > 0
+        assert float(cells["write_latency_ms"]) == latest["web-nfs01"]["write_latency_ms"]
+        assert int(cells["size"]) == api_ds["web-nfs01"]["size"] == 20 << 30
+        assert int(cells["used"]) == api_ds["web-nfs01"]["usage"]["used"]
+        browser.screenshot(d, "console-overview")
+
+        # the datastore page: charts from the history, advice; run a probe, see its plot
+        d.get(s.base + "/ui#/datastores/web-nfs01")
+        wait_for(lambda: css(d, "figure.chart svg path[data-series=read]"), what="the chart")
+        browser.screenshot(d, "console-datastore")
+        for _ in range(2):
+            wait_for(lambda: css(d, '#probe-profile option[value="vm-mixed-4k"]'),
+                     what="profiles")[0].click()
+            css(d, "#probe-runtime")[0].clear()
+            css(d, "#probe-runtime")[0].send_keys("2")
+            css(d, "form#probe button[type=submit]")[0].click()
+            img = wait_for(lambda: css(d, "img.plot"), timeout=60, what="the probe's plot")[0]
+            wait_for(lambda i=img: d.execute_script(  # type: ignore[misc]
+                "return arguments[0].naturalWidth", i) > 100, what="a drawn plot")
+            browser.screenshot(d, "console-probe")
+            d.get(s.base + "/ui#/datastores/web-nfs01")
+            wait_for(lambda: css(d, "form#probe"), what="the datastore page")
+
+        # compare the two results
+        d.get(s.base + "/ui#/probes")
+        boxes = wait_for(lambda: css(d, "table#results input[type=checkbox]"), what="results")
+        boxes[0].click()
+        boxes[1].click()
+        css(d, "#compare")[0].click()
+        wait_for(lambda: css(d, "#compare-out img.plot"), what="the comparison")
+        iops = css(d, '#compare-out tr[data-metric="iops"] td')
+        assert iops and iops[2].text == "1.000", [c.text for c in iops]  # same fake fio run
+        browser.screenshot(d, "console-compare")
+
+        # jobs with progress
+        d.get(s.base + "/ui#/jobs")
+        wait_for(lambda: css(d, "table#jobs progress"), what="jobs")
+        assert not [r for r in css(d, "table#jobs tbody tr") if "metrics.collect" in r.text]
+        assert browser.external_requests(d, s.base) == []
+
+
+def test_readonly_console_has_no_mutating_controls(served: Served) -> None:
+    s = served
+    s.api("PUT", "/datastores/web-ro", json={"protocol": "nfs3", "size": "1G",
+                                             "nfs": {"clients": [{"match": "127.0.0.1"}]}})
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.readonly)
+        assert "(readonly)" in css(d, "#who")[0].text
+        assert not [a for a in css(d, "nav a") if a.is_displayed() and "New" in a.text]
+        for page, ready in (("#/", "table#datastores"),
+                            ("#/datastores/web-ro", "figure.chart"),
+                            ("#/jobs", "table#jobs"), ("#/probes", "table#results")):
+            d.get(s.base + "/ui" + page)
+            wait_for(lambda r=ready: css(d, r), what=page)  # type: ignore[misc]
+            for sel in ADMIN_ONLY:
+                assert not css(d, sel), f"{page}: {sel} shown to a readonly token"
+            if page.startswith("#/datastores/"):
+                browser.screenshot(d, "console-readonly")
+            assert not [b for b in css(d, "main button") if b.text in ("Delete", "Cancel",
+                                                                      "Clone")], page
+
+
+def test_grow_snapshot_clone_delete_through_the_console(served: Served) -> None:
+    s = served
+    s.api("PUT", "/datastores/web-life", json={"protocol": "nfs3", "size": "1G",
+                                               "nfs": {"clients": [{"match": "127.0.0.1"}]}})
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        d.get(s.base + "/ui#/datastores/web-life")
+        wait_for(lambda: css(d, "form#grow"), what="the grow form")
+        css(d, "#grow-size")[0].send_keys("3G")
+        css(d, "form#grow button[type=submit]")[0].click()
+        wait_for(lambda: s.api("GET", "/datastores/web-life")["size"] == 3 << 30, what="grown")
+        assert s.api("GET", "/datastores/web-life")["nfs"]["clients"] == [
+            {"match": "127.0.0.1", "access": "rw"}], "growing kept the access list"
+
+        wait_for(lambda: css(d, "#snap-name"), what="the snapshot form")[0].send_keys("before")
+        css(d, "form#snapshot button[type=submit]")[0].click()
+        wait_for(lambda: css(d, "#clone-before"), what="the snapshot row")[0].send_keys(
+            "web-life-copy")
+        css(d, "form.inline button[type=submit]")[0].click()
+        wait_for(lambda: "web-life-copy" in {x["name"] for x in s.api("GET", "/datastores")},
+                 what="the clone")
+        assert s.api("GET", "/datastores/web-life-copy")["origin"].endswith("@before")
+
+        d.get(s.base + "/ui#/datastores/web-life-copy")
+        wait_for(lambda: css(d, "#delete"), what="the delete button")[0].click()
+        d.switch_to.alert.accept()
+        wait_for(lambda: "web-life-copy" not in {x["name"] for x in s.api("GET", "/datastores")},
+                 timeout=60, what="the clone deleted")
+        wait_for(lambda: css(d, "table#pools"), what="back on the overview")
