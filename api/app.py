@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import console
 from api.deps import authorize
-from api.routes import datastores, groups, jobs, metrics, pools, replication, system
+from api.routes import datastores, groups, jobs, metrics, policies, pools, replication, system
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -83,7 +83,7 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
     protected = [datastores.router, pools.router, groups.router, jobs.router, metrics.router,
-                 replication.router, replication.keys]
+                 replication.router, replication.keys, policies.router, policies.vcenters]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)

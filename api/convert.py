@@ -27,7 +27,7 @@ def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
         nfs_clients=[c.model_dump() for c in nfs.clients],
         initiators=list(iscsi.initiators), initiator_groups=list(iscsi.initiator_groups),
         chap=chap, sync=o.sync, compression=o.compression, recordsize=o.recordsize,
-        volblocksize=o.volblocksize,
+        volblocksize=o.volblocksize, labels=body.labels,
     )
 
 
@@ -67,6 +67,8 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
                           compressratio=v.compressratio),
         properties=v.properties, nfs=nfs, iscsi=iscsi,
         attach=s.AttachBody(**asdict(attach)) if attach else None,
+        labels=dict(spec.labels),
+        protection=s.ProtectionOut(**asdict(v.protection)) if v.protection else None,
         warnings=list(v.warnings),
     )
 

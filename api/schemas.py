@@ -74,6 +74,9 @@ class DatastorePut(Strict):
     nfs: NfsAccessBody | None = None
     iscsi: IscsiAccessBody | None = None
     overrides: OverridesBody | None = None
+    labels: dict[str, str] | None = Field(
+        default=None, description="key: value pairs snapshot policies select datastores by",
+        examples=[{"protect": "gold"}])
 
 
 class CloneBody(Strict):
@@ -114,6 +117,18 @@ class AttachBody(BaseModel):
     notes: list[str]
 
 
+class ProtectionOut(BaseModel):
+    """What snapshot policies did for a datastore."""
+
+    policies: list[str] = Field(description="the snapshot policies covering it now")
+    last_snapshot: str | None = Field(description="the newest snapshot a policy took")
+    last_snapshot_at: float | None = Field(description="unix time it was taken")
+    age: float | None = Field(description="seconds since then")
+    last_error: str | None = Field(description="why the last failed run failed (only when "
+                                               "newer than the last good snapshot)")
+    last_error_at: float | None
+
+
 class DatastoreOut(BaseModel):
     name: str
     pool: str
@@ -134,6 +149,8 @@ class DatastoreOut(BaseModel):
     nfs: NfsInfo | None
     iscsi: IscsiInfo | None
     attach: AttachBody | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    protection: ProtectionOut | None = None
     warnings: list[str] = Field(default_factory=list,
                                 description="said in the answer to the PUT that caused it, "
                                             "e.g. the pool is overcommitted")
@@ -158,6 +175,12 @@ class SnapshotOut(BaseModel):
     used: int
     referenced: int
     clones: list[str]
+    policy: str | None = Field(default=None, description="the snapshot policy that took "
+                                                         "it (None: taken by hand)")
+    consistency: str | None = Field(default=None, description="policy snapshots: vm (VMs "
+                                    "quiesced), partial, hooks or crash")
+    held: bool = Field(default=False, description="a zfs hold keeps it (pruning skips it)")
+    age: float = Field(default=0.0, description="seconds since it was taken")
 
 
 # --- initiator groups ---------------------------------------------------------------

@@ -85,6 +85,7 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
                               for c in access.get("nfs_clients", [])),
             iscsi=IscsiAccess(tuple(access.get("initiators", [])),
                               tuple(access.get("initiator_groups", []))),
+            labels=tuple(sorted(json.loads(ds.prop("zds:labels", "{}") or "{}").items())),
         )
         export_id = ds.prop("zds:export_id")
         chap = bool(access.get("chap"))

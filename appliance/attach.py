@@ -73,7 +73,22 @@ def nfs_instructions(rec: DatastoreRecord, server: str, path: str,
              f"as {opts}; NFS port {nfs_port}"]
     if not rec.spec.nfs_clients:
         notes.append("no NFS clients are allowed yet: add them with PUT (nfs.clients)")
+    if rec.origin:
+        notes += restore_notes_nfs(rec, path)
     return AttachInstructions(esxi, xml, _virsh(name), notes)
+
+
+def restore_notes_nfs(rec: DatastoreRecord, path: str) -> list[str]:
+    """What to do with an NFS clone of a snapshot: it is a datastore of its own."""
+    return [
+        f"this datastore is a clone of snapshot {rec.origin}: its files are as they were "
+        "then, and writes to it do not touch the source",
+        f"ESXi: mount it under its own name (above), then register the VMs to restore from "
+        f"it (vim-cmd solo/registervm /vmfs/volumes/{rec.name}/VM/VM.vmx) or copy single "
+        "disks back; unregister and unmount it before deleting the clone",
+        f"libvirt: start the pool (above) and point a domain's <disk> at an image under "
+        f"{path}, or copy an image back with qemu-img convert",
+    ]
 
 
 def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
@@ -105,9 +120,10 @@ def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
         f"esxcli storage core adapter rescan --adapter={adapter}",
         f"esxcli storage core device list -d {wwn}",
         f"esxcli storage core device vaai status get -d {wwn}   # ATS, Clone, Delete: supported",
-        "# then create the VMFS datastore on that device in the vSphere client "
-        f"(name it {name})",
     ]
+    if not rec.origin:  # a clone already holds a VMFS: formatting it would lose it
+        esxi.append("# then create the VMFS datastore on that device in the vSphere client "
+                    f"(name it {name})")
     auth = ""
     if chap is not None:
         auth = (f"    <auth type='chap' username={quoteattr(chap.user)}>\n"
@@ -146,7 +162,29 @@ def iscsi_instructions(rec: DatastoreRecord, server: str, wwn: str,
     if chap is not None:
         notes.append(f"libvirt: virsh secret-define a secret with usage '{name}-chap' "
                      "holding the CHAP secret first")
+    if rec.origin:
+        esxi += [
+            "# a clone carries a copy of the source's VMFS: ESXi sees a snapshot volume",
+            "esxcli storage vmfs snapshot list",
+            f"esxcli storage vmfs snapshot resignature --volume-label={_q(_source(rec))}",
+            "# the resignatured datastore mounts as snap-XXXXXXXX-"
+            f"{_source(rec)}: rename it {name}",
+        ]
+        notes += [
+            f"this LUN is a clone of snapshot {rec.origin} (new NAA id {wwn}): its VMFS is "
+            "a copy of the source's. Resignature it (above) before mounting; never mount it "
+            "with its old signature while the source is mounted",
+            "libvirt: the LUN holds the source's disk as it was then; attach it to a domain "
+            "as a new disk (iscsi-direct pool above) and copy what you need",
+        ]
     return AttachInstructions(esxi, xml, _virsh(name), notes)
+
+
+def _source(rec: DatastoreRecord) -> str:
+    """The name of the datastore a clone was made from (its VMFS label, as ZDS
+    suggests naming the VMFS after the datastore)."""
+    dataset = (rec.origin or "").split("@", 1)[0]
+    return dataset.rsplit("/", 1)[-1]
 
 
 def _virsh(name: str) -> list[str]:

@@ -20,6 +20,8 @@ from appliance.errors import ZdsError
 from appliance.host.factory import HostAdapters, real_hosts
 from appliance.jobs import JobManager
 from appliance.metrics import service as metrics_service
+from appliance.policies.records import PolicyRecords
+from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
 from appliance.reconciler import Reconciler
 from appliance.services.datastores import DatastoreService
@@ -27,7 +29,7 @@ from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
 from appliance.services.replication import ReplicationService
 from appliance.services.snapshots import SnapshotService
-from appliance.services.system import SystemService
+from appliance.services.system import ComponentHealth, SystemService
 from appliance.services.tokens import TokenService
 from appliance.settings import Settings
 from appliance.store import Store
@@ -44,17 +46,22 @@ class Engine:
         self.ctx = ctx
         self.reconciler = Reconciler(ctx)
         self.pools = PoolService(ctx, self.reconciler)
-        self.datastores = DatastoreService(ctx, self.reconciler, self.pools)
+        self.policy_records = PolicyRecords(ctx.store)
+        self.datastores = DatastoreService(ctx, self.reconciler, self.pools,
+                                           protection=self.policy_records.protection)
         self.groups = InitiatorGroupService(ctx, self.reconciler)
         self.snapshots = SnapshotService(ctx, self.reconciler, self.datastores)
-        self.system = SystemService(ctx, self.reconciler)
+        self.policies = PolicyService(ctx, self.policy_records, ctx.hosts.vsphere,
+                                      ctx.hosts.hooks)
+        self.system = SystemService(ctx, self.reconciler, checks={
+            "snapshot_policies": lambda: ComponentHealth(*self.policies.health())})
         self.tokens = TokenService(ctx.store)
         self.probes = probe_service.build(ctx, ctx.hosts.probes)
         self.metrics = metrics_service.build(ctx, ctx.hosts.iostats, self.probes)
         # replication: a replicated datastore is not deleted, health shows failed/late runs
         self.replication = ReplicationService(ctx, self.datastores, self.reconciler)
         self.datastores.delete_guards.append(self.replication.guard_delete)
-        self.system.components["replication"] = self.replication.health
+        self.system.checks["replication"] = self.replication.health
         self.watcher = Watcher(
             self.reconciler, lambda: self.datastores.finish_interrupted(("deleting",)),
             ctx.settings.health_interval, ctx.settings.reconcile_interval)
@@ -70,7 +77,8 @@ class Engine:
         """An engine on this machine's real ZFS, LIO, ganesha and probe tools."""
         return cls.create(settings, real_hosts(settings.state_dir,
                                                settings.ganesha_exports_dir,
-                                               settings.ganesha_dbus_address))
+                                               settings.ganesha_dbus_address,
+                                               hooks_dir=settings.hooks_dir))
 
     # what callers reach most often
     @property

@@ -45,7 +45,7 @@ DATASTORE_SETTINGS: tuple[str, ...] = (
 )
 DATASTORE_USER_PROPERTIES: tuple[str, ...] = (
     "zds:managed", "zds:name", "zds:protocol", "zds:profile", "zds:thin", "zds:size",
-    "zds:access", "zds:export_id", "zds:iqn", "zds:serial",
+    "zds:access", "zds:export_id", "zds:iqn", "zds:serial", "zds:labels",
 )
 DATASTORE_PROPERTIES: tuple[str, ...] = (
     "type", "used", "available", "referenced", "compressratio", "mounted", "origin",
@@ -95,6 +95,8 @@ class DatastoreSpec:
     nfs_clients: tuple[NfsClient, ...] = ()
     iscsi: IscsiAccess = field(default_factory=IscsiAccess)
     overrides: Overrides = field(default_factory=Overrides)
+    # (key, value) pairs, sorted: what snapshot policies select datastores by
+    labels: tuple[tuple[str, str], ...] = ()
 
     @property
     def is_nfs(self) -> bool:
@@ -136,6 +138,7 @@ def spec_from_dict(d: dict[str, Any]) -> DatastoreSpec:
             chap=ChapSettings(**chap) if chap else None,
         ),
         overrides=Overrides(**(d.get("overrides") or {})),
+        labels=tuple((str(k), str(v)) for k, v in d.get("labels") or ()),
     )
 
 

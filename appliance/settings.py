@@ -69,6 +69,8 @@ class Settings:
     # SSH public keys handed in by the hypervisor (fw_cfg opt/zds/ssh-authorized-keys) are
     # added here at every boot: how the Vagrant box and test harnesses log in
     root_authorized_keys: Path = Path("/root/.ssh/authorized_keys")
+    # Snapshot policies' pre/post hooks may run only the programs in this directory.
+    hooks_dir: Path = Path("/etc/zds/hooks")
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -132,5 +134,6 @@ def load_settings(path: Path | None = None) -> Settings:
         firstboot_layout=str(first.get("layout", base.firstboot_layout)),
         firstboot_demo_disk_size=str(first.get("demo_disk_size", base.firstboot_demo_disk_size)),
         admin_token_file=Path(first.get("admin_token_file", base.admin_token_file)),
+        hooks_dir=Path(data.get("policies", {}).get("hooks_dir", base.hooks_dir)),
         extra=data,
     )

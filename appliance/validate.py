@@ -191,6 +191,31 @@ def device_path(value: str) -> str:
     return value
 
 
+_LABEL_KEY = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
+MAX_LABELS = 32
+
+
+def labels(value: object) -> tuple[tuple[str, str], ...]:
+    """Datastore labels ``{"tier": "gold"}``: keys 1-63 of a-z 0-9 . _ -, values up to
+    63 of A-Z a-z 0-9 . _ - (alphanumeric ends); returned as sorted pairs."""
+    if not isinstance(value, dict):
+        raise InvalidInput("labels must be an object of key: value strings")
+    if len(value) > MAX_LABELS:
+        raise InvalidInput(f"at most {MAX_LABELS} labels")
+    out = []
+    for k, v in value.items():
+        if not isinstance(k, str) or not _LABEL_KEY.match(k):
+            raise InvalidInput(f"invalid label key {k!r}: 1-63 lowercase letters, digits, "
+                               "'.', '_' or '-', starting and ending with a letter or digit")
+        if not isinstance(v, str) or not _LABEL_VALUE.match(v):
+            raise InvalidInput(f"invalid value {v!r} of label {k}: up to 63 letters, "
+                               "digits, '.', '_' or '-', starting and ending with a letter "
+                               "or digit")
+        out.append((k, v))
+    return tuple(sorted(out))
+
+
 def format_size(size: int) -> str:
     """1073741824 -> '1G' (exact binary units where possible)."""
     for unit in ("P", "T", "G", "M", "K"):

@@ -17,6 +17,7 @@ from api.cli import (
     igroups,
     jobs,
     local,
+    policies,
     pools,
     probes,
     replication,
@@ -25,7 +26,8 @@ from api.cli import (
 )
 from api.cli.common import DEFAULT_SERVER, REAL, Wiring
 
-GROUPS = (local, datastores, pools, snapshots, igroups, jobs, system, probes, replication)
+GROUPS = (local, datastores, pools, snapshots, igroups, jobs, system, probes, replication,
+          policies)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,6 +21,10 @@ def cmd_datastore(args: argparse.Namespace) -> int:
                                 "thin": not args.thick, "profile": args.profile}
         if args.pool:
             body["pool"] = args.pool
+        if args.label:
+            if not all("=" in kv for kv in args.label):
+                raise SystemExit("zds: --label wants KEY=VALUE")
+            body["labels"] = dict(kv.split("=", 1) for kv in args.label)
         if args.protocol == "iscsi":
             body["iscsi"] = {"initiators": args.initiator or [],
                              "initiator_groups": args.group or []}
@@ -53,6 +57,14 @@ def describe(d: dict[str, Any]) -> str:
         lines.append(f"  export {d['nfs']['export_id']} path {d['nfs']['path']}")
     if d.get("iscsi"):
         lines.append(f"  target {d['iscsi']['iqn']} LUN 0 {d['iscsi']['wwn']}")
+    if d.get("labels"):
+        lines.append("  labels " + ", ".join(f"{k}={v}" for k, v in d["labels"].items()))
+    p = d.get("protection")
+    if p:
+        lines.append(f"  snapshot policies {', '.join(p['policies']) or '-'}: last snapshot "
+                     + (f"{p['last_snapshot']} ({p['age']:.0f} s ago)" if p["last_snapshot"]
+                        else "none yet")
+                     + (f"; last failure: {p['last_error']}" if p["last_error"] else ""))
     if d.get("attach"):
         lines += ["  ESXi:", *(f"    {c}" for c in d["attach"]["esxi"])]
     return "\n".join(lines)
@@ -78,6 +90,8 @@ def register(sub: Any) -> None:
     dp.add_argument("--client", action="append", help="NFS client[:rw|ro], repeatable")
     dp.add_argument("--initiator", action="append", help="initiator IQN, repeatable")
     dp.add_argument("--group", action="append", help="initiator group, repeatable")
+    dp.add_argument("--label", action="append",
+                    help="KEY=VALUE that snapshot policies select by, repeatable")
     dd = dsub.add_parser("delete")
     dd.add_argument("name")
     dd.add_argument("--force", action="store_true")

@@ -61,8 +61,11 @@ def attach(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
 
 
 @router.get("/{name}/snapshots", response_model=list[schemas.SnapshotOut], tags=["snapshots"])
-def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep) -> list[schemas.SnapshotOut]:
-    return [convert.snapshot_out(v) for v in engine.snapshots.list(name)]
+def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep,
+                   policy: str | None = None) -> list[schemas.SnapshotOut]:
+    """Oldest first, each with the policy that took it and its age; ``policy`` keeps only
+    that policy's snapshots (``policy=`` empty: only those taken by hand)."""
+    return [convert.snapshot_out(v) for v in engine.snapshots.list(name, policy)]
 
 
 @router.post("/{name}/snapshots", status_code=201, response_model=schemas.SnapshotOut,
@@ -83,6 +86,29 @@ def get_snapshot(name: str, snapshot: str, engine: EngineDep,
 def delete_snapshot(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep) -> Response:
     engine.snapshots.delete(name, snapshot)
     return Response(status_code=204)
+
+
+@router.get("/{name}/snapshots/{snapshot}/holds", response_model=list[str],
+            tags=["snapshots"])
+def list_holds(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep) -> list[str]:
+    """The ``zfs hold`` tags on the snapshot (replication, backups, or a person)."""
+    return engine.snapshots.holds(name, snapshot)
+
+
+@router.put("/{name}/snapshots/{snapshot}/holds/{tag}", response_model=list[str],
+            tags=["snapshots"])
+def hold(name: str, snapshot: str, tag: str, engine: EngineDep,
+         _: PrincipalDep) -> list[str]:
+    """Pins the snapshot: no policy prunes it, and it cannot be deleted, until released
+    (409 if that tag holds it already). Answers the tags now on it."""
+    return engine.snapshots.hold(name, snapshot, tag)
+
+
+@router.delete("/{name}/snapshots/{snapshot}/holds/{tag}", response_model=list[str],
+               tags=["snapshots"])
+def release(name: str, snapshot: str, tag: str, engine: EngineDep,
+            _: PrincipalDep) -> list[str]:
+    return engine.snapshots.release(name, snapshot, tag)
 
 
 @router.post("/{name}/snapshots/{snapshot}/rollback", response_model=schemas.SnapshotOut,

@@ -16,6 +16,7 @@ from appliance.host.fakes.replication import FakeSsh, FakeZfsSend
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.fio import FakeFio, FioHost
 from appliance.host.ganesha import GaneshaHost
+from appliance.host.hooks import FakeHooks, HookHost
 from appliance.host.iostats import IoStatsHost
 from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import LioHost
@@ -26,6 +27,7 @@ from appliance.host.nfsclient import NfsMounter
 from appliance.host.run import Runner
 from appliance.host.ssh import SshHost
 from appliance.host.sysstat import SysStats
+from appliance.host.vsphere import FakeVsphere, VsphereConnector
 from appliance.host.zfs import ZfsHost
 from appliance.host.zfs_send import ZfsSendHost
 
@@ -59,6 +61,8 @@ class HostAdapters:
     probes: ProbeHosts | None = None
     ssh: SshHost | None = None  # replication: keys, pinned host keys, authorized sources
     zfs_send: ZfsSendHost | None = None  # replication: holds, bookmarks, send | receive
+    vsphere: VsphereConnector | None = None  # snapshot policies' VMware step
+    hooks: HookHost | None = None  # snapshot policies' pre/post commands
     iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
 
 
@@ -80,14 +84,17 @@ def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
 
 
 def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address: str | None,
-               runner: Runner | None = None) -> HostAdapters:
+               runner: Runner | None = None,
+               hooks_dir: Path = Path("/etc/zds/hooks")) -> HostAdapters:
     """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
     from appliance.host.ganesha import Ganesha
+    from appliance.host.hooks import Hooks
     from appliance.host.iostats import IoStats
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
     from appliance.host.ssh import OpenSsh
+    from appliance.host.vsphere import PyVmomiConnector
     from appliance.host.zfs import Zfs
     from appliance.host.zfs_send import ZfsSend
 
@@ -104,6 +111,8 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         probes=real_probe_hosts(runner),
         ssh=ssh,
         zfs_send=ZfsSend(runner, ssh),
+        vsphere=PyVmomiConnector(),
+        hooks=Hooks(runner, hooks_dir),
         iostats=IoStats(runner, ganesha_dbus_address),
     )
 
@@ -121,6 +130,8 @@ class FakeHosts:
     mounter: FakeMounter = field(default_factory=FakeMounter)
     initiator: FakeInitiator = field(default_factory=FakeInitiator)
     devfs: FakeDevFs | None = None
+    vsphere: FakeVsphere = field(default_factory=FakeVsphere)
+    hooks: FakeHooks = field(default_factory=FakeHooks)
     iostats: FakeIoStats | None = None
     ssh: FakeSsh | None = None  # made in __post_init__ (joined to no network)
     zfs_send: FakeZfsSend | None = None
@@ -135,7 +146,8 @@ class FakeHosts:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
                                        initiator=self.initiator, devfs=self.devfs),
-                            ssh=self.ssh, zfs_send=self.zfs_send, iostats=self.iostats)
+                            ssh=self.ssh, zfs_send=self.zfs_send, vsphere=self.vsphere,
+                            hooks=self.hooks, iostats=self.iostats)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,

@@ -27,6 +27,9 @@ a device in use or missing ``Conflict``/``NotFound``; a malformed name, property
 - ``PoolStatus.scan`` is '' until the first scrub.
 - ``list_datasets`` is sorted by name; ``list_snapshots`` of a missing dataset is
   ``NotFound``; ``get_dataset`` of a missing name is ``None``.
+- ``snapshot_many`` is all or none per pool, one snapshot per dataset; a held snapshot
+  (``hold``; ``userrefs`` > 0) cannot be destroyed (``Conflict``, not retried), and
+  ``destroy_snapshots``/``destroy_snapshot_recursive`` are all or none.
 """
 
 from __future__ import annotations
@@ -215,6 +218,43 @@ class ZfsHost(Protocol):
     def list_snapshots(self, dataset: str) -> list[DatasetInfo]:
         """Snapshots of ``dataset`` only (not of children), oldest first."""
 
+    def snapshot_many(self, names: Sequence[str],
+                      properties: Mapping[str, str] | None = None) -> None:
+        """Takes every ``dataset@snap`` of ``names`` with one ``zfs snapshot`` per pool:
+        ZFS takes the snapshots of one pool atomically (one transaction group, all or
+        none). A missing dataset is ``NotFound``, a name that exists ``Conflict``, two
+        snapshots of one dataset ``InvalidInput`` (zfs 2.3: "multiple snapshots of same
+        fs not allowed"); then none of that pool's snapshots is taken."""
+
+    def list_snapshots_under(self, root: str,
+                             properties: Sequence[str]) -> list[DatasetInfo]:
+        """Every snapshot of ``root`` and of the datasets below it, with only
+        ``properties`` (plus ``type``), sorted by name; one command; [] if ``root`` is
+        missing."""
+
+    def destroy_snapshots(self, dataset: str, snapnames: Sequence[str]) -> None:
+        """Destroys ``dataset@a,b,...`` in one command, atomically: a held snapshot
+        (``zfs hold``) or one with clones is ``Conflict`` and then none is destroyed;
+        names that do not exist are skipped, but ``NotFound`` if none exists."""
+
+    def destroy_snapshot_recursive(self, root: str, snapname: str) -> None:
+        """``zfs destroy -r root@snapname``: that snapshot of ``root`` and of every
+        dataset below it that has one, in one command, all or none (a held or cloned one
+        is ``Conflict``); ``NotFound`` when no dataset there has it."""
+
+    def hold(self, tag: str, snapshots: Sequence[str]) -> None:
+        """Puts the user hold ``tag`` on each snapshot (one ``zfs hold``): a held
+        snapshot cannot be destroyed. The same tag twice is ``Conflict``, a missing
+        snapshot ``NotFound``."""
+
+    def release(self, tag: str, snapshots: Sequence[str]) -> None:
+        """Removes the hold ``tag`` (one ``zfs release``); a tag that is not there is
+        ``NotFound``."""
+
+    def holds(self, snapshots: Sequence[str]) -> dict[str, list[str]]:
+        """The hold tags on each snapshot (sorted; [] when none), one ``zfs holds``;
+        a missing snapshot is ``NotFound``."""
+
     def rollback(self, snapshot: str, destroy_newer: bool = False) -> None:
         """Without ``destroy_newer`` a rollback past newer snapshots raises Conflict."""
 
@@ -313,7 +353,12 @@ def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
 #   use '-r' to destroy the following datasets:
 #   cannot destroy 'tank/fs@s': snapshot has dependent clones
 #   cannot destroy snapshot tank/fs@s: it's being held. Run 'zfs holds -r tank/fs@s' to see
+#   cannot destroy snapshot tank/fs@s: dataset is busy           (a held snapshot, older zfs)
 #   cannot create bookmark 'tank/fs#b': bookmark exists
+#   cannot hold snapshot 'tank/fs@s': tag already exists on this dataset
+#   cannot release hold from snapshot 'tank/fs@s': no such tag on this dataset
+#   could not find any snapshots to destroy; check snapshot names.
+#   cannot create snapshots : multiple snapshots of same fs not allowed
 #   cannot rollback to 'tank/fs@s1': more recent snapshots or bookmarks exist
 #   cannot create 'tank/v': out of space
 #   cannot set property for 'tank/v': size is greater than available space
@@ -341,7 +386,7 @@ _CONFLICT = ("already exists", "is part of", "is in use", "contains a filesystem
              "is read-only", "has active shared spare", "in use from another system",
              "accessed by another system", "being held", "bookmark exists",
              "tag already exists", "partially-complete state")
-_NOT_FOUND = ("does not exist", "no such pool", "no such device", "no such file",
+_NOT_FOUND = ("does not exist", "no such pool", "no such tag", "no such device", "no such file",
               "cannot resolve path", "could not find any snapshots", "not found",
               "no pools available", "currently unavailable")
 _INVALID = ("invalid", "bad property value", "bad numeric value", "bad volume size",
@@ -351,7 +396,8 @@ _INVALID = ("invalid", "bad property value", "bad numeric value", "bad volume si
             "property cannot", "too long", "not supported", "can not be set",
             "can not be modified", "operation does not apply to pools", "too small",
             "must be an absolute path", "read-only property", "doesn't apply",
-            "not applicable", "out of range", "not a valid", "must be a block device")
+            "not applicable", "out of range", "not a valid", "must be a block device",
+            "multiple snapshots of same fs")
 
 
 def classify_error(exc: CommandError) -> ZdsError:
@@ -598,6 +644,24 @@ def parse_snapshot_counts(out: str) -> dict[str, int]:
         if sep:
             counts[name] = counts.get(name, 0) + 1
     return counts
+
+
+def parse_holds(out: str) -> dict[str, list[str]]:
+    """``zfs holds -H -p SNAP...`` -> tags per snapshot (sorted).
+
+    zfs 2.3 prints one line per hold, tab-separated, nothing for a snapshot without
+    holds (``-p``: the time as epoch seconds)::
+
+        tank/datastores/ds1@nightly-2026-11-23T030000Z	zds-keep	1795316290
+        tank/datastores/ds1@nightly-2026-11-23T030000Z	zds-repl	1795316295
+    """
+    tags: dict[str, list[str]] = {}
+    for line in out.splitlines():
+        f = line.rstrip("\n").split("\t")
+        if len(f) < 2 or "@" not in f[0]:
+            continue
+        tags.setdefault(f[0], []).append(f[1])
+    return {k: sorted(v) for k, v in tags.items()}
 
 
 # `zpool import -d /var/tmp/ex` (zpool 2.3.2; pools that could be imported; with none it
@@ -873,8 +937,8 @@ class Zfs:
             except Conflict as exc:
                 # A zvol made moments ago is briefly "busy" while udev/blkid probe its
                 # /dev/zdN (seen under emulation); a zvol held by LIO stays busy.
-                if "dataset is busy" not in str(exc):
-                    raise
+                if "dataset is busy" not in str(exc) or "@" in name:
+                    raise  # a busy snapshot is held (zfs hold): waiting changes nothing
                 if deadline is None:
                     deadline = time.monotonic() + self.BUSY_GRACE
                     self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
@@ -887,6 +951,66 @@ class Zfs:
                  properties: Mapping[str, str] | None = None) -> None:
         self._run(["zfs", "snapshot", *_prop_args("-o", properties or {}),
                    _arg_name(f"{dataset}@{snapname}")])
+
+    def snapshot_many(self, names: Sequence[str],
+                      properties: Mapping[str, str] | None = None) -> None:
+        by_pool: dict[str, list[str]] = {}
+        for name in names:
+            if "@" not in name:
+                raise InvalidInput(f"{name!r} is not a snapshot name (dataset@snap)")
+            by_pool.setdefault(name.split("/")[0].split("@")[0], []).append(_arg_name(name))
+        props = _prop_args("-o", properties or {})
+        for pool in sorted(by_pool):
+            # a missing dataset or an existing name fails the whole command: nothing of
+            # this pool is taken (lzc_snapshot is atomic)
+            self._run(["zfs", "snapshot", *props, *by_pool[pool]], timeout=600)
+
+    def list_snapshots_under(self, root: str,
+                             properties: Sequence[str]) -> list[DatasetInfo]:
+        try:
+            infos = self._get("-r", "-t", "snapshot", self._prop_list(properties),
+                              _arg_name(root))
+        except NotFound:
+            return []
+        return sorted(infos, key=lambda i: i.name)
+
+    def destroy_snapshots(self, dataset: str, snapnames: Sequence[str]) -> None:
+        if not snapnames:
+            return
+        for n in snapnames:  # each checked on its own: ',' is the list separator here
+            if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", n):
+                raise InvalidInput(f"invalid snapshot name {n!r}")
+        # `zfs destroy tank/ds/a@s1,s2` is one lzc_destroy_snaps: all or none
+        self._run(["zfs", "destroy", f"{_arg_name(dataset)}@{','.join(snapnames)}"],
+                  timeout=600)
+
+    def destroy_snapshot_recursive(self, root: str, snapname: str) -> None:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]*", snapname):
+            raise InvalidInput(f"invalid snapshot name {snapname!r}")
+        # one lzc_destroy_snaps for every dataset below root that has @snapname
+        self._run(["zfs", "destroy", "-r", _arg_name(f"{root}@{snapname}")], timeout=600)
+
+    @staticmethod
+    def _tag(tag: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}", tag):
+            raise InvalidInput(f"invalid hold tag {tag!r}")
+        return tag
+
+    def hold(self, tag: str, snapshots: Sequence[str]) -> None:
+        if snapshots:
+            self._run(["zfs", "hold", self._tag(tag), *(_arg_name(s) for s in snapshots)])
+
+    def release(self, tag: str, snapshots: Sequence[str]) -> None:
+        if snapshots:
+            self._run(["zfs", "release", self._tag(tag),
+                       *(_arg_name(s) for s in snapshots)])
+
+    def holds(self, snapshots: Sequence[str]) -> dict[str, list[str]]:
+        if not snapshots:
+            return {}
+        found = parse_holds(self._run(["zfs", "holds", "-H", "-p",
+                                       *(_arg_name(s) for s in snapshots)]))
+        return {s: found.get(s, []) for s in snapshots}
 
     def list_snapshots(self, dataset: str) -> list[DatasetInfo]:
         infos = self._get("-r", "-d", "1", "-t", "snapshot", "all", _arg_name(dataset))

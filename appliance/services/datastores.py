@@ -43,6 +43,7 @@ from appliance.model import (
     Overrides,
     naa_wwn,
 )
+from appliance.policies.protection import Protection, ProtectionSource
 from appliance.reconcile import MIN_EXPORT_ID, export_spec, target_spec
 from appliance.reconciler import LiveState, Reconciler
 from appliance.services.pools import PoolService
@@ -78,6 +79,7 @@ class DatastoreRequest:
     compression: str | None = None
     recordsize: int | str | None = None
     volblocksize: int | str | None = None
+    labels: dict[str, str] | None = None  # what snapshot policies may select it by
 
 
 @dataclass(frozen=True)
@@ -98,25 +100,33 @@ class DatastoreView:
     clients: list[str]  # NFS clients with state / iSCSI initiators logged in
     snapshots: int
     online: bool  # its pool is imported and its dataset exists
+    protection: Protection | None = None  # what snapshot policies did for it
     warnings: tuple[str, ...] = ()  # said once, in the answer to the PUT that caused it
 
 
 class DatastoreService:
-    def __init__(self, ctx: Context, reconciler: Reconciler, pools: PoolService) -> None:
+    def __init__(self, ctx: Context, reconciler: Reconciler, pools: PoolService,
+                 protection: ProtectionSource | None = None) -> None:
         self.ctx = ctx
         self.reconciler = reconciler
         self.pools = pools
         # checks a delete must pass (raise to refuse), e.g. "replicated elsewhere"
         self.delete_guards: builtins.list[Callable[[DatastoreRecord], None]] = []
+        # snapshot policies' last good snapshot per datastore (read from SQLite)
+        self.protection = protection
 
     # --- reading (no lock; the same host calls for any number of datastores) --------
 
     def list(self) -> list[DatastoreView]:
         view = self.reconciler.read_zfs(snapshots=True)
         live = self.reconciler.read_live(activity=True)
-        return [self._view(r, view.datasets.get(r.spec.dataset) if view.available else None,
-                           view.snapshots.get(r.spec.dataset, 0), live)
-                for r in self.ctx.store.list_datastores()]
+        records = self.ctx.store.list_datastores()
+        prot = self.protection(records) if self.protection else {}
+        return [replace(self._view(r, view.datasets.get(r.spec.dataset)
+                                   if view.available else None,
+                                   view.snapshots.get(r.spec.dataset, 0), live),
+                        protection=prot.get(r.name))
+                for r in records]
 
     def get(self, name: str) -> DatastoreView:
         return self.view_of(self.record(name))
@@ -128,7 +138,9 @@ class DatastoreService:
             if zfs.available() else None
         snaps = 0 if new or info is None else \
             zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0)
-        return self._view(rec, info, snaps, self.live_one(rec, clients=not new))
+        prot = self.protection([rec]).get(rec.name) if self.protection else None
+        return replace(self._view(rec, info, snaps, self.live_one(rec, clients=not new)),
+                       protection=prot)
 
     def live_one(self, rec: DatastoreRecord, clients: bool = True) -> LiveState:
         """Whether one datastore is served and who uses it (NFS: 2 DBus calls, or one
@@ -215,6 +227,7 @@ class DatastoreService:
             raise InvalidInput("volblocksize is for iscsi (zvol) datastores; use recordsize")
         if not is_nfs and req.recordsize is not None:
             raise InvalidInput("recordsize is for nfs datastores; use volblocksize")
+        labels = validate.labels(req.labels or {})
         clients: list[NfsClient] = []
         seen: set[str] = set()
         for c in req.nfs_clients:
@@ -266,6 +279,7 @@ class DatastoreService:
             nfs_clients=tuple(clients),
             iscsi=IscsiAccess(initiators, groups, chap),
             overrides=overrides,
+            labels=labels,
         )
         self._check_with_adapters(spec)
         return spec
@@ -438,6 +452,9 @@ class DatastoreService:
             props["zds:iqn"] = rec.iqn
         if rec.serial:
             props["zds:serial"] = rec.serial
+        if spec.labels:
+            props["zds:labels"] = json.dumps(dict(spec.labels), sort_keys=True,
+                                             separators=(",", ":"))
         return props
 
     def create_clone(self, spec: DatastoreSpec, snapshot: str) -> DatastoreView:
@@ -488,6 +505,8 @@ class DatastoreService:
             self._check_space(spec, already=0 if old.thin and not spec.thin else old.size)
         new = replace(rec, spec=spec, state="ready", error=None)
         props = self.zfs_properties(new)
+        if old.labels and not spec.labels:
+            props["zds:labels"] = "{}"  # cleared (a user property cannot be unset by set)
         zfs = self.ctx.zfs
         # properties fixed at creation, or that only a change of size may touch
         for fixed in ("volblocksize", "refquota", "refreservation"):

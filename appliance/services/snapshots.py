@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import builtins
+import re
 import time
 from dataclasses import dataclass, replace
 
 from appliance import validate
 from appliance.context import Context
-from appliance.errors import Conflict, NotFound, Unavailable
+from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
 from appliance.model import DatastoreRecord
 from appliance.reconciler import Reconciler
 from appliance.services.datastores import (
@@ -27,6 +29,16 @@ class SnapshotView:
     used: int
     referenced: int
     clones: list[str]
+    policy: str | None = None  # the snapshot policy that took it (None: by hand)
+    consistency: str | None = None
+    held: bool = False  # a zfs hold keeps it
+    age: float = 0.0  # seconds since it was taken
+
+
+def _check_tag(tag: str) -> None:
+    if not isinstance(tag, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._:-]{0,62}", tag):
+        raise InvalidInput(f"invalid hold tag {tag!r}: 1-63 lowercase letters, digits, '.', "
+                           "'_', ':' or '-'")
 
 
 class SnapshotService:
@@ -42,8 +54,10 @@ class SnapshotService:
             raise Conflict(f"datastore {name} is {rec.state}")
         return rec
 
-    def list(self, datastore: str) -> list[SnapshotView]:
+    def list(self, datastore: str, policy: str | None = None) -> list[SnapshotView]:
+        """Oldest first; ``policy``: only those that policy took ('' for manual ones)."""
         rec = self.datastores.record(datastore)
+        now = time.time()
         clones_of: dict[str, list[str]] = {}
         for r in self.ctx.store.list_datastores():
             if r.origin:
@@ -56,7 +70,13 @@ class SnapshotService:
                 created=snap.int_prop("creation"), used=snap.int_prop("used"),
                 referenced=snap.int_prop("referenced"),
                 clones=sorted(clones_of.get(snap.name, [])),
+                policy=snap.prop("zds:policy") or None,
+                consistency=snap.prop("zds:consistency") or None,
+                held=snap.int_prop("userrefs") > 0,
+                age=round(max(0.0, now - snap.int_prop("creation")), 1),
             ))
+        if policy is not None:
+            out = [s for s in out if (s.policy or "") == policy]
         return out
 
     def get(self, datastore: str, name: str) -> SnapshotView:
@@ -75,11 +95,36 @@ class SnapshotService:
                                       "zds:created_at": str(int(time.time()))})
         return self.get(datastore, name)
 
+    def holds(self, datastore: str, name: str) -> builtins.list[str]:
+        """The ``zfs hold`` tags on a snapshot (pruning and delete skip held ones)."""
+        snap = self.get(datastore, name)
+        return self.ctx.zfs.holds([snap.full_name])[snap.full_name]
+
+    def hold(self, datastore: str, name: str, tag: str) -> builtins.list[str]:
+        """Pins a snapshot with a ZFS user hold: no policy prunes it and it cannot be
+        deleted until the hold is released. 409 if it holds that tag already."""
+        _check_tag(tag)
+        snap = self.get(datastore, name)
+        with self.ctx.lock.hold(f"hold on {snap.full_name}"):
+            self.ctx.zfs.hold(tag, [snap.full_name])
+        return self.holds(datastore, name)
+
+    def release(self, datastore: str, name: str, tag: str) -> builtins.list[str]:
+        _check_tag(tag)
+        snap = self.get(datastore, name)
+        with self.ctx.lock.hold(f"release of {snap.full_name}"):
+            self.ctx.zfs.release(tag, [snap.full_name])
+        return self.holds(datastore, name)
+
     def delete(self, datastore: str, name: str) -> None:
         snap = self.get(datastore, name)
         if snap.clones:
             raise Conflict(f"snapshot {name} is the origin of datastores "
                            f"{', '.join(snap.clones)}: delete them first")
+        if snap.held:
+            tags = self.holds(datastore, name)
+            raise Conflict(f"snapshot {name} is held ({', '.join(tags)}): release the "
+                           "hold first", detail={"holds": tags})
         with self.ctx.lock.hold(f"deleting snapshot {snap.full_name}"):
             self.ctx.zfs.destroy(snap.full_name)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from appliance import __version__
@@ -38,12 +38,17 @@ class Drift:
     items: list[DriftItem] = field(default_factory=list)
 
 
+# A component's health answers from its own records (never a host call).
+HealthCheck = Callable[[], ComponentHealth]
+
+
 class SystemService:
-    def __init__(self, ctx: Context, reconciler: Reconciler) -> None:
+    def __init__(self, ctx: Context, reconciler: Reconciler,
+                 checks: Mapping[str, HealthCheck] | None = None) -> None:
         self.ctx = ctx
         self.reconciler = reconciler
-        # more components health reports, answered from records (no host call)
-        self.components: dict[str, Callable[[], ComponentHealth]] = {}
+        # more components health reports (snapshot policies, replication...)
+        self.checks: dict[str, HealthCheck] = dict(checks or {})
 
     def version(self) -> dict[str, str]:
         return {"zds": __version__, **self.ctx.local.versions()}
@@ -70,6 +75,8 @@ class SystemService:
             "ganesha": ComponentHealth(st.ganesha_ok, "answering on DBus" if st.ganesha_ok
                                        else "nfs-ganesha not answering on DBus"),
         }
+        for name, check in self.checks.items():
+            comps[name] = check()
         known = st.drift_at > 0 and st.drift_error is None
         drift = len(st.drift) if known else -1
         in_sync = known and not st.drift
@@ -102,13 +109,7 @@ class SystemService:
             if age > stale:
                 messages.append(f"the last check is {age:.0f} s old (the watcher is busy "
                                 f"with {self.ctx.lock.holder or 'something'})")
-            extra_down = []
-            for cname, check in self.components.items():
-                comps[cname] = check()
-                if not comps[cname].ok:
-                    extra_down.append(cname)
-                    messages.append(f"{cname}: {comps[cname].detail}")
-            status = "degraded" if (problems or full or down or extra_down or not in_sync
+            status = "degraded" if (problems or full or down or not in_sync
                                     or age > stale) else "ok"
         return Health(status, comps, in_sync, drift, st.checked_at, round(age, 1),
                       st.started_at, list(st.pool_problems), list(st.fill_alerts),

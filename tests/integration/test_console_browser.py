@@ -196,7 +196,9 @@ def test_grow_snapshot_clone_delete_through_the_console(served: Served) -> None:
         assert s.api("GET", "/datastores/web-life-copy")["origin"].endswith("@before")
 
         d.get(s.base + "/ui#/datastores/web-life-copy")
-        wait_for(lambda: css(d, "#delete"), what="the delete button")[0].click()
+        # the copy's own page: until it renders, #delete is web-life's, about to go stale
+        wait_for(lambda: css(d, 'main[data-title="Datastore web-life-copy"] #delete'),
+                 what="the delete button")[0].click()
         d.switch_to.alert.accept()
         wait_for(lambda: "web-life-copy" not in {x["name"] for x in s.api("GET", "/datastores")},
                  timeout=60, what="the clone deleted")

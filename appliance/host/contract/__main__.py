@@ -1,7 +1,7 @@
 """Run the host adapter contract checks against the REAL adapters (inside the appliance).
 
     python -m appliance.host.contract [--zfs] [--lio] [--zfs-pool-disks D1 D2 D3 D4]
-                                      [--workdir /var/tmp/zds-contract] [--keep]
+                                      [--workdir /var/tmp/zds-contract] [--only CHECK]
 
 Without ``--zfs-pool-disks`` it makes five sparse 512 MiB files in ``--workdir`` and
 builds its scratch pools (``zdsct`` for the pool checks, ``zdsctdev`` for the device
@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", default="/var/tmp/zds-contract")
     ap.add_argument("--file-size", type=int, default=512 * MiB)
     ap.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    ap.add_argument("--only", action="append", metavar="CHECK",
+                    help="run only this check (e.g. zfs.snapshot_batch_and_holds); "
+                         "repeatable")
     args = ap.parse_args(argv)
     run_zfs = args.zfs or not (args.lio or args.send)
     run_send = run_zfs or args.send
@@ -69,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, object]] = []
 
     def run(name: str, fn: Callable[[], object]) -> bool:
+        if args.only and name not in args.only and name not in (
+                "zfs.available", "zfs.scratch_pool"):
+            return True
         started = time.monotonic()
         try:
             fn()
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
                 run("zfs.volumes", lambda: zfs_checks.check_volumes(
                     zfs, DS_POOL, os.path.exists))
                 run("zfs.snapshots", lambda: zfs_checks.check_snapshots(zfs, DS_POOL))
+                run("zfs.snapshot_batch_and_holds",
+                    lambda: zfs_checks.check_snapshot_batch_and_holds(zfs, DS_POOL))
         if run_send and ds_pool_ready:
             _run_send(zfs, workdir, run)
         if args.lio and ds_pool_ready:

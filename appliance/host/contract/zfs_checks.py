@@ -379,6 +379,78 @@ def check_snapshots(zfs: ZfsHost, pool: str) -> None:
         zfs.destroy(root, recursive=True)
 
 
+def check_snapshot_batch_and_holds(zfs: ZfsHost, pool: str) -> None:
+    """Many snapshots in one command (all or none), the snapshots below a root with
+    chosen properties, batched destroy, and user holds that stop a destroy."""
+    root = _scratch(zfs, pool)
+    try:
+        names = [f"{root}/d{i}" for i in range(3)]
+        for n in names:
+            zfs.create_filesystem(n, {})
+        zfs.snapshot_many([f"{n}@b1" for n in names], {"zds:policy": "ct"})
+        under = zfs.list_snapshots_under(root, ["zds:policy", "userrefs", "clones",
+                                                "createtxg"])
+        assert _names(under) == [f"{n}@b1" for n in names], _names(under)
+        assert all(s.type == "snapshot" and s.prop("zds:policy") == "ct" for s in under)
+        assert len({s.prop("createtxg") for s in under}) == 1, "one transaction group"
+        assert under[0].prop("userrefs") == "0"
+        assert "used" not in under[0].properties, "only the properties asked for"
+        assert zfs.list_snapshots_under(f"{root}/nope", ["userrefs"]) == []
+        # all or none: one existing name (or one missing dataset) fails the batch
+        expect(Conflict, zfs.snapshot_many, [f"{names[0]}@b2", f"{names[1]}@b1"])
+        expect(NotFound, zfs.snapshot_many, [f"{names[0]}@b2", f"{root}/nope@b2"])
+        assert zfs.get_dataset(f"{names[0]}@b2") is None, "nothing of a failed batch"
+        # one snapshot per dataset in a batch (zfs 2.3 refuses two of the same fs)
+        expect(InvalidInput, zfs.snapshot_many, [f"{names[0]}@b2", f"{names[0]}@b3"])
+        assert zfs.get_dataset(f"{names[0]}@b2") is None
+        zfs.snapshot_many([f"{names[0]}@b2"])
+        zfs.snapshot_many([f"{names[0]}@b3"])
+        assert _names(zfs.list_snapshots(names[0])) == [
+            f"{names[0]}@b1", f"{names[0]}@b2", f"{names[0]}@b3"]
+
+        snap = f"{names[0]}@b1"
+        zfs.hold("zds-ct", [snap, f"{names[1]}@b1"])
+        assert zfs.holds([snap, f"{names[2]}@b1"]) == {snap: ["zds-ct"],
+                                                       f"{names[2]}@b1": []}
+        got = zfs.get_dataset(snap)
+        assert got is not None and got.prop("userrefs") == "1", got
+        expect(Conflict, zfs.hold, "zds-ct", [snap])
+        expect(NotFound, zfs.hold, "zds-ct", [f"{names[0]}@nope"])
+        expect(NotFound, zfs.holds, [f"{names[0]}@nope"])
+        expect(Conflict, zfs.destroy, snap)  # held: busy
+        # a batch with a held snapshot destroys nothing
+        expect(Conflict, zfs.destroy_snapshots, names[0], ["b1", "b2"])
+        assert len(zfs.list_snapshots(names[0])) == 3
+        zfs.destroy_snapshots(names[0], ["b2", "b3", "nope"])  # missing names are skipped
+        assert _names(zfs.list_snapshots(names[0])) == [snap]
+        expect(NotFound, zfs.destroy_snapshots, names[0], ["nope"])
+        zfs.clone(f"{names[2]}@b1", f"{root}/c", {})
+        expect(Conflict, zfs.destroy_snapshots, names[2], ["b1"])
+        zfs.destroy(f"{root}/c")
+        zfs.release("zds-ct", [snap])
+        expect(NotFound, zfs.release, "zds-ct", [snap])
+        assert zfs.holds([snap]) == {snap: []}
+        zfs.destroy_snapshots(names[0], ["b1"])
+        assert zfs.list_snapshots(names[0]) == []
+        zfs.release("zds-ct", [f"{names[1]}@b1"])
+        # one name across the tree: all or none
+        zfs.snapshot_many([f"{n}@r1" for n in names[1:]])
+        zfs.hold("zds-ct", [f"{names[1]}@r1"])
+        expect(Conflict, zfs.destroy_snapshot_recursive, root, "r1")
+        assert len(zfs.list_snapshots_under(root, ["type"])) == 4  # b1 x2, r1 x2
+        zfs.release("zds-ct", [f"{names[1]}@r1"])
+        zfs.destroy_snapshot_recursive(root, "r1")
+        assert _names(zfs.list_snapshots_under(root, ["type"])) == [
+            f"{names[1]}@b1", f"{names[2]}@b1"]
+        expect(NotFound, zfs.destroy_snapshot_recursive, root, "r1")
+    finally:
+        for held in zfs.list_snapshots_under(root, ["userrefs"]):
+            if held.int_prop("userrefs"):
+                for tag in zfs.holds([held.name])[held.name]:
+                    zfs.release(tag, [held.name])
+        zfs.destroy(root, recursive=True)
+
+
 def run_all(zfs: ZfsHost, pool: str, disks: Sequence[str], missing_disk: str,
             device_exists: Callable[[str], bool] | None = None) -> list[str]:
     """Runs every check; ``pool`` must exist already, ``disks`` must be unused."""
@@ -389,5 +461,6 @@ def run_all(zfs: ZfsHost, pool: str, disks: Sequence[str], missing_disk: str,
     check_filesystems(zfs, pool)
     check_volumes(zfs, pool, device_exists)
     check_snapshots(zfs, pool)
+    check_snapshot_batch_and_holds(zfs, pool)
     return ["available", "pools", *(["devices"] if len(disks) >= 4 else []), "filesystems",
-            "volumes", "snapshots"]
+            "volumes", "snapshots", "snapshot_batch_and_holds"]

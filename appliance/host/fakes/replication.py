@@ -194,11 +194,11 @@ class FakeZfsSend:
 
     def hold(self, snapshot: str, tag: str) -> None:
         self.zfs._up()
-        self._snap(snapshot)[1].holds.add(tag)
+        self._snap(snapshot)[1].holds.setdefault(tag, self.zfs._now())
 
     def release(self, snapshot: str, tag: str) -> None:
         self.zfs._up()
-        self._snap(snapshot)[1].holds.discard(tag)
+        self._snap(snapshot)[1].holds.pop(tag, None)
 
     def bookmarks(self, dataset: str) -> list[SnapRef]:
         self.zfs._up()
@@ -214,7 +214,7 @@ class FakeZfsSend:
             raise InvalidInput(f"cannot create bookmark '{bookmark}': invalid name")
         if any(b.name == mark for b in ds.bookmarks):
             raise Conflict(f"cannot create bookmark '{bookmark}': bookmark exists")
-        ds.bookmarks.append(replace(snap, name=mark, holds=set()))
+        ds.bookmarks.append(replace(snap, name=mark, holds={}))
 
     def destroy_bookmark(self, bookmark: str) -> None:
         if "#" not in bookmark:

@@ -120,7 +120,7 @@ class _Snap:
     volsize: str = "-"  # a volume's size when the snapshot was taken (as in ZFS)
     written: int = 0  # bytes changed since the previous snapshot (an incremental's size)
     content: str = ""  # what the data was (tests compare replicas with it)
-    holds: set[str] = field(default_factory=set)  # zfs hold tags: destroy is refused
+    holds: dict[str, int] = field(default_factory=dict)  # zfs hold tag -> when; no destroy
 
 
 @dataclass
@@ -800,6 +800,7 @@ class FakeZfs:
             "origin": "-", "mountpoint": "-", "mounted": "-",
             "volsize": s.volsize,
             "clones": ",".join(self._clones_of(pool, f"{ds.name}@{s.name}")) or "-",
+            "userrefs": str(len(s.holds)),
         }
         props.update(s.user)
         return DatasetInfo(name=f"{ds.name}@{s.name}", type="snapshot", properties=props)
@@ -918,7 +919,7 @@ class FakeZfs:
                 if outside:
                     raise Conflict(f"cannot destroy '{name}': filesystem has dependent clones "
                                    f"({', '.join(outside)})")
-            if self._held(d):
+            if self._held(d) or any(sn.holds for sn in d.snaps):
                 raise Conflict(f"cannot destroy '{d.name}': dataset is busy")
             for s in d.snaps:
                 if s.holds:
@@ -940,11 +941,118 @@ class FakeZfs:
             if ":" not in key:
                 raise InvalidInput(f"cannot create snapshot '{dataset}@{snapname}': "
                                    f"property '{key}' can not be set for snapshots")
+        if self._pool_avail(self._pool_of(dataset)) <= 0:
+            raise InsufficientSpace(f"cannot create snapshot '{dataset}@{snapname}': out of "
+                                    "space")
         ds.snaps.append(_Snap(snapname, self._guid(), self._now(), self._next_txg(), ds.data,
                               props, ds.local.get("volsize", "-"),
                               written=ds.written if ds.snaps else ds.data,
                               content=ds.content))
         ds.written = 0
+
+    def snapshot_many(self, names: Sequence[str],
+                      properties: Mapping[str, str] | None = None) -> None:
+        self._up()
+        by_pool: dict[str, list[tuple[str, str]]] = {}
+        for full in names:
+            if "@" not in full:
+                raise InvalidInput(f"{full!r} is not a snapshot name (dataset@snap)")
+            dsname, snapname = full.split("@", 1)
+            by_pool.setdefault(dsname.split("/")[0], []).append((dsname, snapname))
+        props = dict(properties or {})
+        for key in props:
+            if ":" not in key:
+                raise InvalidInput(f"property '{key}' can not be set for snapshots")
+        for pool in sorted(by_pool):
+            batch = by_pool[pool]
+            # all or none per pool, as lzc_snapshot: check every name first
+            for dsname, snapname in batch:
+                ds = self._ds(dsname)
+                if any(x.name == snapname for x in ds.snaps):
+                    raise Conflict(f"cannot create snapshot '{dsname}@{snapname}': dataset "
+                                   "already exists")
+            if len({dsname for dsname, _ in batch}) != len(batch):
+                raise InvalidInput("cannot create snapshots : multiple snapshots of same fs "
+                                   "not allowed")
+            if self._pool_avail(self._pools[pool]) <= 0:
+                raise InsufficientSpace(f"cannot create snapshots in pool '{pool}': out of "
+                                        "space")
+            txg, now = self._next_txg(), self._now()  # one transaction group
+            for dsname, snapname in batch:
+                ds = self._ds(dsname)
+                ds.snaps.append(_Snap(snapname, self._guid(), now, txg, ds.data, dict(props),
+                                      ds.local.get("volsize", "-")))
+
+    def list_snapshots_under(self, root: str,
+                             properties: Sequence[str]) -> list[DatasetInfo]:
+        self._up()
+        pool = self._pools.get(root.split("/")[0])
+        if pool is None or not pool.imported or root not in pool.datasets:
+            return []
+        out = []
+        for n in sorted(pool.datasets):
+            if n == root or n.startswith(root + "/"):
+                ds = pool.datasets[n]
+                out += [_only(self._snap_info(pool, ds, x), properties) for x in ds.snaps]
+        return sorted(out, key=lambda i: i.name)
+
+    def destroy_snapshots(self, dataset: str, snapnames: Sequence[str]) -> None:
+        self._up()
+        if not snapnames:
+            return
+        ds = self._ds(dataset)
+        pool = self._pool_of(dataset)
+        doomed = [x for x in ds.snaps if x.name in set(snapnames)]
+        if not doomed:
+            raise NotFound("could not find any snapshots to destroy; check snapshot names.")
+        for x in doomed:  # all or none, as lzc_destroy_snaps
+            if self._clones_of(pool, f"{dataset}@{x.name}"):
+                raise Conflict(f"cannot destroy '{dataset}@{x.name}': snapshot has "
+                               "dependent clones")
+            if x.holds:
+                raise Conflict(f"cannot destroy snapshot {dataset}@{x.name}: dataset is busy")
+        for x in doomed:
+            ds.snaps.remove(x)
+
+    def destroy_snapshot_recursive(self, root: str, snapname: str) -> None:
+        self._up()
+        pool = self._pool_of(root)
+        if root not in pool.datasets:
+            raise NotFound(f"cannot open '{root}': dataset does not exist")
+        doomed = [(d, x) for n, d in pool.datasets.items()
+                  if n == root or n.startswith(root + "/") for x in d.snaps if x.name == snapname]
+        if not doomed:
+            raise NotFound("could not find any snapshots to destroy; check snapshot names.")
+        for d, x in doomed:  # all or none
+            if self._clones_of(pool, f"{d.name}@{x.name}"):
+                raise Conflict(f"cannot destroy '{d.name}@{x.name}': snapshot has dependent "
+                               "clones")
+            if x.holds:
+                raise Conflict(f"cannot destroy snapshot {d.name}@{x.name}: dataset is busy")
+        for d, x in doomed:
+            d.snaps.remove(x)
+
+    def hold(self, tag: str, snapshots: Sequence[str]) -> None:
+        self._up()
+        for full in snapshots:  # one at a time, as `zfs hold` does
+            _ds, snap = self._snap(full)
+            if tag in snap.holds:
+                raise Conflict(f"cannot hold snapshot '{full}': tag already exists on this "
+                               "dataset")
+            snap.holds[tag] = self._now()
+
+    def release(self, tag: str, snapshots: Sequence[str]) -> None:
+        self._up()
+        for full in snapshots:
+            _ds, snap = self._snap(full)
+            if tag not in snap.holds:
+                raise NotFound(f"cannot release hold from snapshot '{full}': no such tag on "
+                               "this dataset")
+            del snap.holds[tag]
+
+    def holds(self, snapshots: Sequence[str]) -> dict[str, list[str]]:
+        self._up()
+        return {full: sorted(self._snap(full)[1].holds) for full in snapshots}
 
     def list_snapshots(self, dataset: str) -> list[DatasetInfo]:
         self._up()
@@ -961,6 +1069,9 @@ class FakeZfs:
             raise Conflict(f"cannot rollback to '{snapshot}': more recent snapshots exist "
                            f"({', '.join(s.name for s in newer)})")
         for s in newer:
+            if s.holds:
+                raise Conflict(f"cannot rollback to '{snapshot}': snapshot "
+                               f"{ds.name}@{s.name} is held: dataset is busy")
             clones = self._clones_of(pool, f"{ds.name}@{s.name}")
             if clones:
                 raise Conflict(f"cannot rollback to '{snapshot}': clones of newer snapshots "

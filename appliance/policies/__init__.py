@@ -1,0 +1,1 @@
+"""Snapshot policies: schedules, retention, consistency steps, and their runs."""
