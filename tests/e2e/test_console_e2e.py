@@ -136,6 +136,29 @@ def test_collector_counts_zvol_writes(appliance: E2EAppliance, api: httpx.Client
     assert job["state"] == "succeeded", job
 
 
+def start_probe(d: Any, attempts: int = 4) -> None:
+    """Fills and submits the probe form like a person would. The page refreshes every
+    30 s and rebuilds the form; under TCG a refresh can land between two of the steps
+    (the runtime field was gone right after the profile was picked), so a step that
+    finds its element gone starts the form over."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for attempt in range(attempts):
+        try:
+            wait_for(lambda: css(d, '#probe-profile option[value="randread-4k-qd32"]'),
+                     timeout=120, what="profiles")[0].click()
+            runtime = wait_for(lambda: css(d, "#probe-runtime"), timeout=30,
+                               what="the runtime field")[0]
+            runtime.clear()
+            runtime.send_keys("3")
+            css(d, "form#probe button[type=submit]")[0].click()
+            return
+        except (IndexError, StaleElementReferenceException):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1)
+
+
 def test_console_probe_plot_and_advice(appliance: E2EAppliance, tokens: dict[str, str]) -> None:
     base = appliance.api_url
     with browser.chromium() as d:
@@ -145,11 +168,7 @@ def test_console_probe_plot_and_advice(appliance: E2EAppliance, tokens: dict[str
                  what="the charts")
         wait_for(lambda: css(d, "ul.advice, #no-advice"), what="the advice")
         browser.screenshot(d, "e2e-console-datastore")
-        wait_for(lambda: css(d, '#probe-profile option[value="randread-4k-qd32"]'),
-                 timeout=120, what="profiles")[0].click()
-        css(d, "#probe-runtime")[0].clear()
-        css(d, "#probe-runtime")[0].send_keys("3")
-        css(d, "form#probe button[type=submit]")[0].click()
+        start_probe(d)
         img = wait_for(lambda: css(d, "img.plot"), timeout=600, what="the probe's plot")[0]
         wait_for(lambda: d.execute_script("return arguments[0].naturalWidth", img) > 100,
                  what="a drawn plot")

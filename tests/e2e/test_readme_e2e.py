@@ -43,7 +43,8 @@ def test_the_readme_first_session_runs_as_written(appliance: E2EAppliance,
         assert run.returncode == 0, f"README session failed:\n{run.stdout}\n{run.stderr}"
         out = run.stdout
         assert "esxcli storage nfs add" in out and "--share=/tank/datastores/vmfs-nfs01" in out
-        assert re.search(r"^naa\.6001405[0-9a-f]{25}$", out, re.M), out
+        # curl prints the initiator group's JSON without a newline: the WWN follows it
+        assert re.search(r"naa\.6001405[0-9a-f]{25}$", out, re.M), out
         assert "before-upgrade" in out
     finally:
         with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=600,
