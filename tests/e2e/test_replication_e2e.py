@@ -24,10 +24,11 @@ from tests.e2e.conftest import E2EAppliance
 
 pytestmark = [
     pytest.mark.e2e,
-    # Not yet green on the booted appliance (issue 11 stays open): every step failed in its
-    # first full run (2026-11-23). Opt-in until it passes, so CI stays meaningful.
+    # Green once (7/7, 2026-11-23, after its first run failed on the test's own check of
+    # the gate command); its cut-mid-stream step depends on timing under load, so it stays
+    # opt-in until more runs show it steady (issue 11 open).
     pytest.mark.skipif(os.environ.get("ZDS_E2E_REPLICATION") != "1",
-                       reason="opt-in until green on the appliance: ZDS_E2E_REPLICATION=1"),
+                       reason="opt-in until proven steady: ZDS_E2E_REPLICATION=1"),
 ]
 
 INITIATOR = "iqn.2026-11.org.example:host1"
