@@ -59,12 +59,8 @@ def test_console_admin(appliance: E2EAppliance, api: httpx.Client,
         pools = css(d, 'table#pools tr[data-pool="tank"]')
         assert pools and "ONLINE" in pools[0].text
         d.get(base + "/ui#/new")
-        wait_for(lambda: css(d, "form#new-datastore"), what="the form")
-        css(d, "#ds-name")[0].send_keys(DS)
-        for sel, value in (("#ds-size", "2G"), ("#ds-clients", "127.0.0.1 rw")):
-            css(d, sel)[0].clear()
-            css(d, sel)[0].send_keys(value)
-        css(d, "form#new-datastore button[type=submit]")[0].click()
+        fill_and_submit(d, (("#ds-name", DS), ("#ds-size", "2G"),
+                            ("#ds-clients", "127.0.0.1 rw")), "form#new-datastore")
         wait_for(lambda: css(d, f'tr[data-datastore="{DS}"]'), timeout=120, what="the row")
         ds = ok(api.get(f"/datastores/{DS}"))
         assert ds["protocol"] == "nfs3" and ds["serving"], ds
@@ -134,6 +130,27 @@ def test_collector_counts_zvol_writes(appliance: E2EAppliance, api: httpx.Client
     assert abs(writes - 4000) <= 400, (writes, series)
     job = ok(api.delete("/datastores/web-lun", params={"wait": 120, "force": True}), 202)
     assert job["state"] == "succeeded", job
+
+
+def fill_and_submit(d: Any, fields: tuple[tuple[str, str], ...], form: str,
+                    attempts: int = 4) -> None:
+    """Fills a console form and submits it; starts over when the page's 30-s refresh
+    rebuilt the form mid-way (an element gone or stale), as seen under TCG."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    for attempt in range(attempts):
+        try:
+            wait_for(lambda: css(d, form), what="the form")
+            for sel, value in fields:
+                field = css(d, sel)[0]
+                field.clear()
+                field.send_keys(value)
+            css(d, f"{form} button[type=submit]")[0].click()
+            return
+        except (IndexError, StaleElementReferenceException):
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1)
 
 
 def start_probe(d: Any, attempts: int = 4) -> None:
