@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -142,16 +142,21 @@ def test_collector_counts_zvol_writes(appliance: E2EAppliance, api: httpx.Client
 
 
 def fill_and_submit(d: Any, fields: tuple[tuple[str, str], ...], form: str,
-                    attempts: int = 4) -> None:
-    """Fills a console form and submits it; starts over when the page's 30-s refresh
-    rebuilt the form mid-way (an element gone or stale), as seen under TCG."""
+                    prepare: Callable[[], None] | None = None, attempts: int = 4) -> None:
+    """Fills a console form like a person would (``prepare`` first, e.g. picking an
+    option) and submits it. The page refreshes every 30 s and rebuilds its forms; under
+    TCG a refresh can land between two steps (an element gone or stale), so the whole
+    form is started over then."""
     from selenium.common.exceptions import StaleElementReferenceException
 
     for attempt in range(attempts):
         try:
             wait_for(lambda: css(d, form), what="the form")
+            if prepare is not None:
+                prepare()
             for sel, value in fields:
-                field = css(d, sel)[0]
+                field = wait_for(lambda s=sel: css(d, s), timeout=30,  # type: ignore[misc]
+                                 what=sel)[0]
                 field.clear()
                 field.send_keys(value)
             css(d, f"{form} button[type=submit]")[0].click()
@@ -162,27 +167,11 @@ def fill_and_submit(d: Any, fields: tuple[tuple[str, str], ...], form: str,
             time.sleep(1)
 
 
-def start_probe(d: Any, attempts: int = 4) -> None:
-    """Fills and submits the probe form like a person would. The page refreshes every
-    30 s and rebuilds the form; under TCG a refresh can land between two of the steps
-    (the runtime field was gone right after the profile was picked), so a step that
-    finds its element gone starts the form over."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    for attempt in range(attempts):
-        try:
-            wait_for(lambda: css(d, '#probe-profile option[value="randread-4k-qd32"]'),
-                     timeout=120, what="profiles")[0].click()
-            runtime = wait_for(lambda: css(d, "#probe-runtime"), timeout=30,
-                               what="the runtime field")[0]
-            runtime.clear()
-            runtime.send_keys("3")
-            css(d, "form#probe button[type=submit]")[0].click()
-            return
-        except (IndexError, StaleElementReferenceException):
-            if attempt == attempts - 1:
-                raise
-            time.sleep(1)
+def start_probe(d: Any) -> None:
+    """randread-4k-qd32 for 3 s from the datastore page's probe form."""
+    fill_and_submit(d, (("#probe-runtime", "3"),), "form#probe", prepare=lambda: wait_for(
+        lambda: css(d, '#probe-profile option[value="randread-4k-qd32"]'),
+        timeout=120, what="profiles")[0].click())
 
 
 def test_console_probe_plot_and_advice(appliance: E2EAppliance, tokens: dict[str, str]) -> None:
