@@ -43,6 +43,8 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
             # thousands of datastores does not keep the API from answering at all
             engine.start_background()
         yield
+        if start:
+            engine.stop()
 
     app = FastAPI(title="ZDS — ZFS Datastore Server", version=__version__,
                   description=DESCRIPTION, lifespan=lifespan)

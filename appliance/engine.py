@@ -162,10 +162,15 @@ class Engine:
                 log.error("zvol of %s: %s", rec.name, exc.message)
                 return  # the others would wait just as long; the watcher retries
 
-    def close(self) -> None:
+    def stop(self) -> None:
+        """The API is stopping: no more scheduled runs or reconciles, and the jobs still
+        running are recorded as interrupted (then cancelled) while the store is open."""
         self.ctx.scheduler.stop()
         self.watcher.stop()
         self.ctx.jobs.shutdown()
+
+    def close(self) -> None:
+        self.stop()
         self.ctx.store.close()
 
 

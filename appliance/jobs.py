@@ -1,7 +1,9 @@
 """Long work runs as a job: recorded in SQLite, run on a worker thread, pollable.
 
 A job is never lost: its row is written before it runs, and at start-up any job that
-was queued or running when the API stopped is marked failed ("interrupted").
+was queued or running when the API stopped is marked failed ("interrupted"): by
+:meth:`JobManager.shutdown` when the API stops cleanly, by :meth:`JobManager.recover` at
+the next start when it did not.
 """
 
 from __future__ import annotations
@@ -82,9 +84,13 @@ class JobManager:
         self._long = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="zds-long")
         self._changed = threading.Condition()
         self._contexts: dict[str, JobContext] = {}
+        self._stopping = False
 
     def recover(self) -> int:
         """Marks jobs interrupted by a restart as failed; returns how many."""
+        return self._mark_unfinished_interrupted()
+
+    def _mark_unfinished_interrupted(self) -> int:
         now = time.time()
         err = json.dumps({"code": "interrupted",
                           "message": "the API stopped while this job was running"})
@@ -136,6 +142,10 @@ class JobManager:
 
     def _finish(self, job_id: str, state: JobState, result: dict[str, Any] | None,
                 error: dict[str, Any] | None) -> None:
+        if self._stopping and state != "succeeded":
+            # stopping killed its work (a probe's fio, a cancel hook): the row already
+            # says "interrupted", which is the truth, not the tool's exit status
+            return
         self._update(job_id, state=state, finished=time.time(),
                      progress=1.0 if state == "succeeded" else None,
                      result=json.dumps(result) if result is not None else None,
@@ -200,13 +210,17 @@ class JobManager:
             raise Conflict(f"job {job_id} already {job.state}")
         ctx = self._contexts.get(job_id)
         if ctx is not None:
-            ctx.cancel_event.set()
-            for hook in list(ctx.on_cancel):
-                try:
-                    hook()
-                except Exception:
-                    log.exception("cancel hook of job %s failed", job_id)
+            self._cancel(ctx)
         return self.get(job_id)
+
+    @staticmethod
+    def _cancel(ctx: JobContext) -> None:
+        ctx.cancel_event.set()
+        for hook in list(ctx.on_cancel):
+            try:
+                hook()
+            except Exception:
+                log.exception("cancel hook of job %s failed", ctx.job_id)
 
     def running_for(self, kind: str, target: str) -> Job | None:
         for job in self.list(kind=kind, limit=50):
@@ -215,7 +229,13 @@ class JobManager:
         return None
 
     def shutdown(self) -> None:
+        """Stops taking work: unfinished jobs are recorded as interrupted first, then
+        cancelled (their cancel hooks stop the tools they run)."""
+        self._stopping = True
+        interrupted = self._mark_unfinished_interrupted()
+        if interrupted:
+            log.warning("stopping: %d unfinished jobs marked interrupted", interrupted)
         for ctx in list(self._contexts.values()):
-            ctx.cancel_event.set()
+            self._cancel(ctx)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._long.shutdown(wait=False, cancel_futures=True)

@@ -1046,5 +1046,14 @@ class Zfs:
                 self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
                                 timeout=15)
                 settled = True
+                if not os.path.exists(path):
+                    # after an import of hundreds of zvols udev has been seen to drop
+                    # events (the boot's zvol_wait then waits forever, 253 of 255 links):
+                    # replay them, the links are made idempotently
+                    self.runner.run(["udevadm", "trigger", "--action=change",
+                                     "--subsystem-match=block", "--sysname-match=zd*"],
+                                    check=False, timeout=30)
+                    self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
+                                    timeout=15)
             time.sleep(self.poll_interval)
         return path

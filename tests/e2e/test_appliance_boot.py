@@ -24,6 +24,14 @@ def test_zfs_module_and_tools_match(appliance: E2EAppliance) -> None:
     assert kmod.removeprefix("zfs-kmod-") == user.removeprefix("zfs-"), out
 
 
+def test_the_boots_wait_for_zvol_links_is_bounded(appliance: E2EAppliance) -> None:
+    # without the role's drop-in zvol_wait has no limit: at 255 zvols one boot waited
+    # forever for two links udev never made, and the API (after it) never started
+    out = appliance.check("systemctl show -p TimeoutStartUSec -p ActiveState "
+                          "zfs-volume-wait.service")
+    assert "TimeoutStartUSec=3min" in out and "ActiveState=active" in out, out
+
+
 def test_lio_target_in_configfs(appliance: E2EAppliance) -> None:
     appliance.check("modprobe target_core_mod && modprobe iscsi_target_mod")
     appliance.check("mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config")

@@ -175,6 +175,36 @@ def test_jobs_survive_restart_as_failed(tmp_path: Path) -> None:
     rig.engine.close()
 
 
+def test_a_job_whose_tool_the_stop_killed_reads_interrupted(tmp_path: Path) -> None:
+    """systemd stops the API and the job's tool together: the tool's failure, seen a moment
+    before or after the API's shutdown, must not be what the job says (CI saw
+    host_command_failed on a probe stopped by ``systemctl restart zds-api``)."""
+    import threading
+
+    from appliance.errors import HostCommandFailed
+    from appliance.jobs import JobContext
+
+    rig = make_rig(tmp_path)
+    started, killed = threading.Event(), threading.Event()
+
+    def probe_like(ctx: JobContext) -> None:
+        ctx.on_cancel.append(killed.set)  # the probe's hook stops fio
+        started.set()
+        killed.wait(10)
+        raise HostCommandFailed("fio exited 143")
+
+    job = rig.engine.jobs.submit("probe", "ds", probe_like, long=True)
+    assert started.wait(10)
+    with TestClient(create_app(rig.engine)):
+        pass  # the lifespan's end is the API stopping
+    assert killed.is_set(), "stopping did not run the job's cancel hook"
+    time.sleep(0.2)  # the job thread records its failure after the hook
+    done = rig.engine.jobs.get(job.id)
+    assert done.state == "failed" and done.error is not None
+    assert done.error["code"] == "interrupted", done.error
+    rig.engine.store.close()
+
+
 def test_auth(rig: Rig) -> None:
     app = create_app(rig.engine, start=False)
     ro = rig.engine.tokens.create("viewer", "readonly")

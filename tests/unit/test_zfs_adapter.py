@@ -300,7 +300,12 @@ def test_wait_for_device_not_a_volume_and_timeout() -> None:
     runner.on(["zfs", "get"], stdout="tank/zds-never\ttype\tvolume\t-\n")
     with pytest.raises(Unavailable):
         zfs.wait_for_device("tank/zds-never", timeout=0.3)
-    assert ("udevadm", "settle", "--timeout=10") in runner.calls
+    udev = [c for c in runner.calls if c[0] == "udevadm"]
+    # settle, then (the link still missing) replay the zvols' events once and settle again
+    assert udev == [("udevadm", "settle", "--timeout=10"),
+                    ("udevadm", "trigger", "--action=change", "--subsystem-match=block",
+                     "--sysname-match=zd*"),
+                    ("udevadm", "settle", "--timeout=10")]
 
 
 def test_create_pool_user_properties_read_back_once() -> None:

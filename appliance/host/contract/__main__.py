@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             if ds_pool_ready:
                 run("zfs.filesystems", lambda: zfs_checks.check_filesystems(zfs, DS_POOL))
                 run("zfs.volumes", lambda: zfs_checks.check_volumes(
-                    zfs, DS_POOL, os.path.exists))
+                    zfs, DS_POOL, os.path.exists, os.unlink))
                 run("zfs.snapshots", lambda: zfs_checks.check_snapshots(zfs, DS_POOL))
                 run("zfs.snapshot_batch_and_holds",
                     lambda: zfs_checks.check_snapshot_batch_and_holds(zfs, DS_POOL))

@@ -251,8 +251,11 @@ def check_filesystems(zfs: ZfsHost, pool: str) -> None:
 
 
 def check_volumes(zfs: ZfsHost, pool: str,
-                  device_exists: Callable[[str], bool] | None = None) -> None:
-    """Thick and sparse zvols, space errors, resize, device path."""
+                  device_exists: Callable[[str], bool] | None = None,
+                  drop_link: Callable[[str], None] | None = None) -> None:
+    """Thick and sparse zvols, space errors, resize, device path; with ``drop_link`` (the
+    real stack: removes a /dev/zvol link as a lost udev event leaves it) the wait for the
+    device brings the link back."""
     root = _scratch(zfs, pool)
     try:
         rinfo = zfs.get_dataset(root)
@@ -274,6 +277,11 @@ def check_volumes(zfs: ZfsHost, pool: str,
         assert zfs.zvol_device(thick) == f"/dev/zvol/{thick}"
         assert zfs.wait_for_device(thick, timeout=30) == f"/dev/zvol/{thick}"
         if device_exists is not None:
+            assert device_exists(f"/dev/zvol/{thick}")
+        if drop_link is not None and device_exists is not None:
+            drop_link(f"/dev/zvol/{thick}")
+            assert not device_exists(f"/dev/zvol/{thick}")
+            assert zfs.wait_for_device(thick, timeout=30) == f"/dev/zvol/{thick}"
             assert device_exists(f"/dev/zvol/{thick}")
 
         sparse = f"{root}/sparse"
