@@ -203,3 +203,37 @@ def test_grow_snapshot_clone_delete_through_the_console(served: Served) -> None:
         wait_for(lambda: "web-life-copy" not in {x["name"] for x in s.api("GET", "/datastores")},
                  timeout=60, what="the clone deleted")
         wait_for(lambda: css(d, "table#pools"), what="back on the overview")
+
+
+def test_a_slow_page_does_not_replace_the_page_opened_after_it(
+        served: Served, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On the appliance under TCG the overview's answers take seconds: one still in flight
+    when the user opens the new-datastore page must not replace that page when it lands
+    (it did: the form appeared, then the overview came back over it). A form typed into
+    is not rebuilt by the datastore page's refresh either."""
+    s = served
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        slow_list = s.engine.datastores.list
+
+        def slow(*args: Any, **kw: Any) -> Any:
+            time.sleep(3)
+            return slow_list(*args, **kw)
+
+        monkeypatch.setattr(s.engine.datastores, "list", slow)
+        d.get(s.base + "/ui#/jobs")
+        wait_for(lambda: css(d, "table#jobs"), what="the jobs page")
+        d.execute_script("location.hash = '#/'; setTimeout(() => "
+                         "{ location.hash = '#/new'; }, 300);")
+        wait_for(lambda: css(d, "form#new-datastore"), what="the form")
+        time.sleep(4)  # the overview's list answers meanwhile
+        assert css(d, "form#new-datastore"), "the late overview replaced the form"
+        assert d.find_element("css selector", "main h1").text == "New datastore"
+        monkeypatch.undo()
+
+        name = css(d, "#ds-name")[0]
+        name.send_keys("typed-not-lost")
+        d.execute_script("document.activeElement.blur();")
+        # the overview's refresh timer (10 s) must not be running on this page
+        time.sleep(11)
+        assert css(d, "#ds-name")[0].get_attribute("value") == "typed-not-lost"

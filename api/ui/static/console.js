@@ -7,6 +7,14 @@
   const main = document.getElementById("main");
   const statusBox = document.getElementById("status");
   let timer = null;
+  // Each navigation starts a new generation. A view renders only if no navigation came
+  // after it started: under a slow API (the appliance under TCG) an overview refresh
+  // still in flight would otherwise replace the page the user has just opened.
+  let generation = 0;
+  const stale = gen => gen !== generation;
+  // A form the user has typed into is not rebuilt by a periodic refresh.
+  let edited = false;
+  main.addEventListener("input", () => { edited = true; });
 
   // ---- session ---------------------------------------------------------------------
   const session = {
@@ -87,6 +95,7 @@
 
   function show(title, ...content) {
     clearInterval(timer);
+    edited = false;
     main.replaceChildren(h("h1", {}, title), ...content);
     if (main.dataset.title !== title) main.focus();  // a refresh keeps the reader's place
     main.dataset.title = title;
@@ -144,6 +153,7 @@
   }
 
   async function overview() {
+    const gen = generation;
     const [pools, dss, latest, plat] = await Promise.all([
       api("GET", "/pools"), api("GET", "/datastores"),
       api("GET", "/metrics/datastores"), api("GET", "/metrics/pools")]);
@@ -171,6 +181,7 @@
         cell("read_latency_ms", m.read_latency_ms, num(m.read_latency_ms, 2)),
         cell("write_latency_ms", m.write_latency_ms, num(m.write_latency_ms, 2)));
     });
+    if (stale(gen)) return;
     show("Overview",
       table("Pools", ["Pool", "Health", "Size", "Allocated", "Full", "Fragmentation", "SLOG",
         "Datastores"], poolRows, "pools"),
@@ -202,12 +213,15 @@
   }
 
   async function poolView(name, range = "1h") {
+    const gen = generation;
     const p = await api("GET", `/pools/${name}`);
-    const spec = [["Pool operations", "per s", [["read_ops", "read"], ["write_ops", "write"]]],
+    const chartBox = await charts(`/pools/${name}/metrics`, range, [
+      ["Pool operations", "per s", [["read_ops", "read"], ["write_ops", "write"]]],
       ["Write waits", "ms", [["total_wait_write_ms", "total"], ["disk_wait_write_ms", "disk"],
         ["syncq_wait_write_ms", "sync queue"], ["asyncq_wait_write_ms", "async queue"]]],
       ["Read waits", "ms", [["total_wait_read_ms", "total"], ["disk_wait_read_ms", "disk"]]],
-      ["ARC hit ratio", "0-1", [["arc_hit_ratio", "ARC"], ["l2arc_hit_ratio", "L2ARC"]]]];
+      ["ARC hit ratio", "0-1", [["arc_hit_ratio", "ARC"], ["l2arc_hit_ratio", "L2ARC"]]]]);
+    if (stale(gen)) return;
     show(`Pool ${name}`,
       h("dl", {class: "facts"},
         h("dt", {}, "Health"), h("dd", {}, p.health),
@@ -216,8 +230,7 @@
         h("dt", {}, "Fragmentation"), h("dd", {}, p.fragmentation === null ? "–" :
           p.fragmentation + "%"),
         h("dt", {}, "Datastores"), h("dd", {}, p.datastores.join(", ") || "none")),
-      rangePicker(range, r => poolView(name, r)),
-      await charts(`/pools/${name}/metrics`, range, spec));
+      rangePicker(range, r => poolView(name, r)), chartBox);
     timer = setInterval(() => { if (location.hash === `#/pools/${name}`) poolView(name, range)
       .catch(e => say(e.message, true)); }, 10000);
   }
@@ -232,13 +245,16 @@
   }
 
   async function datastoreView(name, range = "1h") {
+    const gen = generation;
     const [d, advice, snaps, results] = await Promise.all([
       api("GET", `/datastores/${name}`), api("GET", `/datastores/${name}/advice`),
       api("GET", `/datastores/${name}/snapshots`),
       api("GET", `/probes/results?datastore=${encodeURIComponent(name)}&limit=10`)]);
-    const spec = [["IOPS", "per s", [["read_iops", "read"], ["write_iops", "write"]]],
+    const chartBox = await charts(`/datastores/${name}/metrics`, range, [
+      ["IOPS", "per s", [["read_iops", "read"], ["write_iops", "write"]]],
       ["Latency", "ms", [["read_latency_ms", "read"], ["write_latency_ms", "write"]]],
-      ["Throughput", "MB/s", [["read_mbps", "read"], ["write_mbps", "write"]]]];
+      ["Throughput", "MB/s", [["read_mbps", "read"], ["write_mbps", "write"]]]]);
+    if (stale(gen)) return;
     const where = d.nfs ? (d.nfs.path || "") : (d.iscsi ? d.iscsi.iqn + " (" + d.iscsi.wwn + ")"
       : "");
     const adviceList = advice.length ? h("ul", {class: "advice"}, advice.map(f =>
@@ -272,8 +288,7 @@
         h("dt", {}, "Serving"), h("dd", {}, d.serving ? "yes" : "no"),
         h("dt", {}, "Path / target"), h("dd", {}, where),
         h("dt", {}, "Clients"), h("dd", {}, d.connected_clients.join(", ") || "none")),
-      rangePicker(range, r => datastoreView(name, r)),
-      await charts(`/datastores/${name}/metrics`, range, spec),
+      rangePicker(range, r => datastoreView(name, r)), chartBox,
       h("h2", {}, "Advice"), adviceList,
       ...admin(h("h2", {}, "Change"), growForm(d), snapshotForm(name),
         h("button", {type: "button", class: "danger", id: "delete", onclick: guard(async () => {
@@ -290,7 +305,7 @@
     timer = setInterval(() => {
       const a = document.activeElement;
       const typing = a && ["INPUT", "SELECT", "TEXTAREA", "BUTTON"].includes(a.tagName);
-      if (location.hash === `#/datastores/${name}` && !typing && !busy) {
+      if (location.hash === `#/datastores/${name}` && !typing && !edited && !busy) {
         busy = true;
         datastoreView(name, range).catch(() => {}).finally(() => { busy = false; });
       }
@@ -350,7 +365,9 @@
   async function newView() {
     if (!session.admin) { show("New datastore", h("p", {}, "A readonly token cannot create " +
       "datastores.")); return; }
+    const gen = generation;
     const pools = await api("GET", "/pools");
+    if (stale(gen)) return;
     const name = h("input", {type: "text", id: "ds-name", required: true,
       pattern: "[A-Za-z0-9][A-Za-z0-9_.:-]*"});
     const proto = h("select", {id: "ds-protocol"}, ["nfs3", "nfs41", "iscsi"].map(p =>
@@ -387,7 +404,9 @@
   }
 
   async function jobsView() {
+    const gen = generation;
     const jobs = (await api("GET", "/jobs?limit=100")).filter(j => j.kind !== "metrics.collect");
+    if (stale(gen)) return;
     const rows = jobs.map(j => h("tr", {"data-job": j.id},
       h("td", {}, j.kind), h("td", {}, j.target || "–"), h("td", {}, j.state),
       h("td", {}, h("progress", {max: 1, value: j.progress,
@@ -404,7 +423,9 @@
   }
 
   async function probesView() {
+    const gen = generation;
     const results = await api("GET", "/probes/results?limit=50");
+    if (stale(gen)) return;
     const picked = new Set();
     const rows = results.map(r => h("tr", {},
       h("td", {}, h("input", {type: "checkbox", "aria-label": `select ${r.id}`,
@@ -430,17 +451,20 @@
   }
 
   async function probeView(id) {
+    const gen = generation;
     const r = await api("GET", `/probes/results/${id}`);
+    const plot = await blobImage(`/probes/results/${id}/plot`, `${r.profile} plot`);
+    if (stale(gen)) return;
     const rows = Object.entries(r.summary).map(([k, v]) => h("tr", {},
       h("th", {scope: "row"}, k), h("td", {}, num(v, 3))));
     show(`Probe ${r.profile} on ${r.target.datastore || "?"} (${r.target.kind || ""})`,
       h("p", {}, `${r.status}, ${r.started_at} – ${r.ended_at}`, r.error ? " — " + r.error : ""),
-      table("Summary", ["Metric", "Value"], rows, "probe-summary"),
-      await blobImage(`/probes/results/${id}/plot`, `${r.profile} plot`));
+      table("Summary", ["Metric", "Value"], rows, "probe-summary"), plot);
   }
 
   // ---- routing -----------------------------------------------------------------------
   async function route(quiet) {
+    generation += 1;
     if (!session.token) { loginView(); return; }
     document.getElementById("nav").hidden = false;
     document.getElementById("logout").hidden = false;
