@@ -62,6 +62,8 @@ class Engine:
         self.replication = ReplicationService(ctx, self.datastores, self.reconciler)
         self.datastores.delete_guards.append(self.replication.guard_delete)
         self.system.checks["replication"] = self.replication.health
+        # a replication with after_snapshot_policy sends what a policy run snapshotted
+        self.policies.after_snapshots.append(self.replication.after_snapshots)
         self.watcher = Watcher(
             self.reconciler, lambda: self.datastores.finish_interrupted(("deleting",)),
             ctx.settings.health_interval, ctx.settings.reconcile_interval)

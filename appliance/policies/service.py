@@ -24,7 +24,7 @@ from __future__ import annotations
 import builtins
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -107,6 +107,9 @@ class PolicyService:
         self.records = records
         self.vsphere = vsphere
         self.hooks = hooks
+        # told, after a run, each datastore it snapshotted (replications that follow
+        # the policy send the new snapshot); wired by the engine
+        self.after_snapshots: list[Callable[[str], object]] = []
         for spec in records.list():
             self._register(spec)
 
@@ -310,6 +313,12 @@ class PolicyService:
         self.records.set_state(name, "warning" if warnings else "ok",
                                "; ".join(warnings) if warnings else summary, job.job_id)
         job.progress(1.0, summary + (f"; {len(warnings)} warning(s)" if warnings else ""))
+        for datastore in result.get("snapshotted", []):
+            for listener in self.after_snapshots:
+                try:
+                    listener(datastore)
+                except Exception:  # the snapshots are taken: the run itself succeeded
+                    log.exception("after the snapshot of %s by policy %s", datastore, name)
         return result
 
     def _execute(self, job: JobContext, spec: PolicySpec, slot: float) -> dict[str, Any]:
@@ -383,6 +392,7 @@ class PolicyService:
                 result["hooks"].append(self._hook("post", spec.hooks.post,
                                                   spec.hooks.timeout, env_post))
         result["taken"] = len(taken)
+        result["snapshotted"] = [r.name for r in taken]
         self.records.datastore_ok(spec.name, [(r.name, f"{r.spec.dataset}@{snapname}")
                                               for r in taken], now)
         for h in result["hooks"]:

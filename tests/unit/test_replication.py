@@ -5,6 +5,7 @@ the source, the scheduler and the policy hook, promote on the target, health."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -455,6 +456,31 @@ def test_interval_runs_on_the_one_clock_and_policy_hook(pair: tuple[Box, Box]) -
     assert [n for n, _ in snaps(dst.zfs, f"{PREFIX}/nfs02")] == ["policy-1"]
     assert src.engine.replication.after_snapshots("nfs01") == []  # r1 does not follow
     assert ds
+
+
+def test_a_snapshot_policy_run_sends_its_snapshot_to_the_following_replication(
+        pair: tuple[Box, Box]) -> None:
+    """The engine wires policies to replication: a policy run that snapshots nfs01 starts
+    the replication that follows policies, which sends that very snapshot (none of its own)."""
+    from appliance.policies.service import PolicyRequest
+
+    src, dst = pair
+    nfs(src)
+    nfs(src, "nfs02")
+    put(src, after_snapshot_policy=True)
+    src.engine.policies.put("hourly", PolicyRequest(every="1h", retention={"hourly": 3},
+                                                   datastores=["nfs01"]))
+    run_job = src.engine.jobs.wait(src.engine.policies.run_now("hourly").id, 10)
+    result = ok(run_job)
+    assert result["snapshotted"] == ["nfs01"]
+    deadline = time.monotonic() + 10
+    while not src.engine.jobs.list(kind="replication.run"):
+        assert time.monotonic() < deadline, "no replication followed the policy run"
+        time.sleep(0.05)
+    (rep,) = src.engine.jobs.list(kind="replication.run")
+    ok(src.engine.jobs.wait(rep.id, 10))
+    sent = [n for n, _ in snaps(dst.zfs, f"{PREFIX}/nfs01")]
+    assert sent == [result["snapshot"]], sent
 
 
 def test_disabled_replication_is_not_scheduled(pair: tuple[Box, Box]) -> None:
