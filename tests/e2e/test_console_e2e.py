@@ -23,16 +23,7 @@ from tests.browser import css, wait_for
 from tests.e2e.conftest import E2EAppliance
 from tests.e2e.test_probes_e2e import ensure_pool, ok
 
-pytestmark = [
-    pytest.mark.e2e,
-    # On the final merged tree (2026-11-23) the console's new-datastore page did not
-    # render on the booted appliance (the form never appeared in 20 s; it does on the
-    # fakes, tests/integration/test_console_browser.py) and the tests after it need its
-    # datastore. Opt-in until that regression is found and fixed (issue 12 open).
-    pytest.mark.skipif(os.environ.get("ZDS_E2E_CONSOLE") != "1",
-                       reason="opt-in until the console regression on the appliance is "
-                              "fixed: ZDS_E2E_CONSOLE=1"),
-]
+pytestmark = pytest.mark.e2e
 
 DS = "web-nfs"
 ADMIN_ONLY = ("form#new-datastore", "form#grow", "form#snapshot", "form#probe", "#delete",
