@@ -152,10 +152,6 @@ def test_4_runs_go_on_across_an_api_restart_and_prune_to_the_retention(
     assert "by-hand" in all_names
 
 
-@pytest.mark.skipif(
-    os.environ.get("ZDS_E2E_POLICY_REBOOT") != "1",
-    reason="opt-in until green (issue 10 open): in its first run after a reboot the policy "
-           "kept 5 snapshots where retention allows 3 + the held one; ZDS_E2E_POLICY_REBOOT=1")
 def test_5_a_reboot_keeps_the_schedule_and_the_view_says_how_old(
         appliance: E2EAppliance, api: httpx.Client) -> None:
     wait_runs(api, 0)
