@@ -941,8 +941,7 @@ class Zfs:
                     raise  # a busy snapshot is held (zfs hold): waiting changes nothing
                 if deadline is None:
                     deadline = time.monotonic() + self.BUSY_GRACE
-                    self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
-                                    timeout=15)
+                    self._udev_settle()
                 elif time.monotonic() >= deadline:
                     raise
                 time.sleep(self.poll_interval)
@@ -1030,6 +1029,10 @@ class Zfs:
     def zvol_device(self, name: str) -> str:
         return f"/dev/zvol/{name}"
 
+    def _udev_settle(self) -> None:
+        """Waits (10 s at most) for udev to finish the events queued so far."""
+        self.runner.run(["udevadm", "settle", "--timeout=10"], check=False, timeout=15)
+
     def wait_for_device(self, name: str, timeout: float = 30.0) -> str:
         info = self.get_dataset(name)
         if info is None:
@@ -1043,8 +1046,7 @@ class Zfs:
             if time.monotonic() >= deadline:
                 raise Unavailable(f"{path} did not appear within {timeout:.0f} s (udev)")
             if not settled and time.monotonic() + timeout / 2 >= deadline:
-                self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
-                                timeout=15)
+                self._udev_settle()
                 settled = True
                 if not os.path.exists(path):
                     # after an import of hundreds of zvols udev has been seen to drop
@@ -1053,7 +1055,6 @@ class Zfs:
                     self.runner.run(["udevadm", "trigger", "--action=change",
                                      "--subsystem-match=block", "--sysname-match=zd*"],
                                     check=False, timeout=30)
-                    self.runner.run(["udevadm", "settle", "--timeout=10"], check=False,
-                                    timeout=15)
+                    self._udev_settle()
             time.sleep(self.poll_interval)
         return path
