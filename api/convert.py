@@ -68,6 +68,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
         properties=v.properties, nfs=nfs, iscsi=iscsi,
         attach=s.AttachBody(**asdict(attach)) if attach else None,
         labels=dict(spec.labels),
+        overrides=s.OverridesBody.model_validate(asdict(spec.overrides)),
         protection=s.ProtectionOut(**asdict(v.protection)) if v.protection else None,
         warnings=list(v.warnings),
     )

@@ -150,6 +150,11 @@ class DatastoreOut(BaseModel):
     iscsi: IscsiInfo | None
     attach: AttachBody | None = None
     labels: dict[str, str] = Field(default_factory=dict)
+    overrides: OverridesBody = Field(
+        default_factory=OverridesBody,
+        description="the overrides the last PUT asked for (null: the profile's default). A "
+                    "PUT is the whole desired state: send labels and overrides back to keep "
+                    "them")
     protection: ProtectionOut | None = None
     warnings: list[str] = Field(default_factory=list,
                                 description="said in the answer to the PUT that caused it, "

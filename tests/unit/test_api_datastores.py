@@ -274,3 +274,36 @@ def test_list_and_get(client: TestClient) -> None:
     assert "--host=nas.example.org" in attach.json()["esxi"][0]
     bad = client.get("/api/v1/datastores/b/attach", params={"server": "x;reboot"})
     assert bad.status_code == 422
+
+
+@pytest.mark.parametrize("protocol", ["nfs3", "iscsi"])
+def test_a_view_put_back_with_a_new_size_keeps_labels_and_overrides(
+        client: TestClient, rig: Rig, protocol: str) -> None:
+    """A PUT is the whole desired state, so a client that grows a datastore by sending
+    back what GET showed (the console does) must find labels and overrides in the view:
+    without them, growing dropped the datastore out of its label-selected policies and
+    reset sync/compression to the profile's defaults."""
+    extra: dict[str, Any] = {"labels": {"protect": "gold"},
+                             "overrides": {"sync": "always", "compression": "zstd"}}
+    body = nfs_body(**extra) if protocol == "nfs3" else iscsi_body(**extra)
+    assert client.put("/api/v1/datastores/keep", json=body).status_code == 201
+    view = client.get("/api/v1/datastores/keep").json()
+    assert view["labels"] == {"protect": "gold"}
+    assert view["overrides"]["sync"] == "always" and view["overrides"]["compression"] == "zstd"
+
+    back: dict[str, Any] = {k: view[k] for k in ("protocol", "pool", "thin", "profile",
+                                                 "labels", "overrides")}
+    back["size"] = "20G"
+    if view["nfs"]:
+        back["nfs"] = {"clients": view["nfs"]["clients"]}
+    else:
+        back["iscsi"] = {"initiators": view["iscsi"]["initiators"]}
+    r = client.put("/api/v1/datastores/keep", json=back)
+    assert r.status_code == 200, r.text
+    grown = client.get("/api/v1/datastores/keep").json()
+    assert grown["size"] == 20 << 30
+    assert grown["labels"] == {"protect": "gold"}
+    assert grown["overrides"] == view["overrides"]
+    ds = rig.zfs.list_datasets("tank")
+    props = next(d for d in ds if d.name.endswith("/keep")).properties
+    assert props["sync"] == "always" and props["compression"] == "zstd"
