@@ -30,8 +30,8 @@ if (why := browser.available()) is not None:
     pytest.skip(why, allow_module_level=True)
 
 FIX = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "fio"
-ADMIN_ONLY = ("form#new-datastore", "form#grow", "form#snapshot", "form#probe", "#delete",
-              "button.danger")
+ADMIN_ONLY = ("form#new-datastore", "form#grow", "form#labels-form", "form#snapshot",
+              "form#probe", "#delete", "button.danger")
 
 
 def _free_port() -> int:
@@ -203,6 +203,68 @@ def test_grow_snapshot_clone_delete_through_the_console(served: Served) -> None:
         wait_for(lambda: "web-life-copy" not in {x["name"] for x in s.api("GET", "/datastores")},
                  timeout=60, what="the clone deleted")
         wait_for(lambda: css(d, "table#pools"), what="back on the overview")
+
+
+def test_protection_and_labels_through_the_console(served: Served) -> None:
+    """The console shows what snapshot policies do (the overview's column, the datastore
+    page's fact, each snapshot's policy and age), and labels set on the page put a
+    datastore into a label-selected policy without resetting its overrides; growing keeps
+    the labels (the console sends back the whole desired state)."""
+    s = served
+    s.api("PUT", "/datastores/web-prot", json={
+        "protocol": "nfs3", "size": "1G", "overrides": {"sync": "always"},
+        "nfs": {"clients": [{"match": "127.0.0.1"}]}})
+    s.api("PUT", "/snapshot-policies/web-gold", json={
+        "schedule": {"every": "1h"}, "retention": {"hourly": 3},
+        "datastores": {"labels": {"protect": "gold"}}})
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        d.get(s.base + "/ui#/datastores/web-prot")
+        fact = wait_for(lambda: css(d, 'dd[data-field="protection"]'), what="protection")[0]
+        assert fact.text == "no policy"
+
+        box = wait_for(lambda: css(d, "#labels"), what="the labels form")[0]
+        box.send_keys("protect=gold, tier = ssd")
+        css(d, "form#labels-form button[type=submit]")[0].click()
+        wait_for(lambda: s.api("GET", "/datastores/web-prot")["labels"] == {
+            "protect": "gold", "tier": "ssd"}, what="the labels set")
+        view = s.api("GET", "/datastores/web-prot")
+        assert view["overrides"]["sync"] == "always", "setting labels reset an override"
+        assert view["protection"]["policies"] == ["web-gold"]
+
+        job = s.api("POST", "/snapshot-policies/web-gold/run", params={"wait": 30})
+        assert job["state"] == "succeeded", job
+        d.get(s.base + "/ui#/jobs")  # leave and come back: a fresh render
+        wait_for(lambda: css(d, "table#jobs"), what="the jobs page")
+        d.get(s.base + "/ui#/datastores/web-prot")
+        wait_for(lambda: css(d, 'main[data-title="Datastore web-prot"] '
+                                'dd[data-field="protection"]'), what="the page")
+        fact = css(d, 'dd[data-field="protection"]')[0]
+        assert fact.text.startswith("last snapshot ") and "(web-gold)" in fact.text, fact.text
+        rows = css(d, "table#snapshots tbody tr")
+        assert [r.find_element("css selector", 'td[data-field="policy"]').text
+                for r in rows] == ["web-gold"], [r.text for r in rows]
+        age = rows[0].find_element("css selector", 'td[data-field="age"]')
+        assert age.text.endswith(" ago") and float(age.get_attribute("data-value") or -1) >= 0
+        browser.screenshot(d, "console-protection")
+
+        # growing through the page keeps the labels, so the policy still covers it
+        css(d, "#grow-size")[0].send_keys("2G")
+        css(d, "form#grow button[type=submit]")[0].click()
+        wait_for(lambda: s.api("GET", "/datastores/web-prot")["size"] == 2 << 30, what="grown")
+        view = s.api("GET", "/datastores/web-prot")
+        assert view["labels"] == {"protect": "gold", "tier": "ssd"}, "growing dropped labels"
+        assert view["protection"]["policies"] == ["web-gold"]
+
+        d.get(s.base + "/ui#/")
+        cell = wait_for(lambda: css(d, 'tr[data-datastore="web-prot"] '
+                                       'td[data-field="protection"]'), what="the column")[0]
+        assert cell.text.startswith("last snapshot "), cell.text
+        other = css(d, 'tr[data-datastore="web-ro"] td[data-field="protection"]')
+        assert not other or other[0].text == "no policy"
+    r = httpx.delete(s.base + "/api/v1/snapshot-policies/web-gold", timeout=30,
+                     headers={"Authorization": f"Bearer {s.admin}"})
+    assert r.status_code < 300, r.text
 
 
 def test_a_slow_page_does_not_replace_the_page_opened_after_it(

@@ -80,6 +80,24 @@
   }
   const num = (v, d = 1) => (v === null || v === undefined ? "–" : Number(v).toFixed(d));
   const when = t => (t ? new Date(t * 1000).toLocaleString() : "–");
+  function ago(seconds) {  // "12 min ago"; the API gives ages in seconds
+    if (seconds === null || seconds === undefined) return "–";
+    const s = Math.max(0, seconds);
+    if (s < 90) return `${Math.round(s)} s ago`;
+    if (s < 5400) return `${Math.round(s / 60)} min ago`;
+    if (s < 172800) return `${Math.round(s / 3600)} h ago`;
+    return `${Math.round(s / 86400)} days ago`;
+  }
+  const labelText = labels => Object.entries(labels || {}).map(([k, v]) => `${k}=${v}`)
+    .join(", ");
+
+  // What snapshot policies did for a datastore, in a few words: the overview's column and
+  // the datastore page's fact. Failure wins over an old success: it is what needs action.
+  function protectionText(p) {
+    if (!p || !p.policies.length) return "no policy";
+    if (p.last_error) return `failing: ${p.last_error}`;
+    return p.last_snapshot ? `last snapshot ${ago(p.age)}` : "no snapshot yet";
+  }
 
   function cell(field, value, text) {
     return h("td", {"data-field": field, "data-value": value === null || value === undefined ?
@@ -176,6 +194,9 @@
         cell("protocol", d.protocol), cell("pool", d.pool),
         cell("size", d.size, bytes(d.size)), cell("used", d.usage.used, bytes(d.usage.used)),
         cell("serving", d.serving, d.serving ? "yes" : "no"),
+        h("td", {"data-field": "protection", class: d.protection && d.protection.last_error ?
+          "bad" : null, "data-value": d.protection ? d.protection.age : null},
+          protectionText(d.protection)),
         cell("read_iops", m.read_iops, num(m.read_iops)),
         cell("write_iops", m.write_iops, num(m.write_iops)),
         cell("read_latency_ms", m.read_latency_ms, num(m.read_latency_ms, 2)),
@@ -186,8 +207,8 @@
       table("Pools", ["Pool", "Health", "Size", "Allocated", "Full", "Fragmentation", "SLOG",
         "Datastores"], poolRows, "pools"),
       table("Datastores (I/O from the last collection)", ["Datastore", "Protocol", "Pool",
-        "Size", "Used", "Serving", "Read IOPS", "Write IOPS", "Read ms", "Write ms"], dsRows,
-        "datastores"),
+        "Size", "Used", "Serving", "Protection", "Read IOPS", "Write IOPS", "Read ms",
+        "Write ms"], dsRows, "datastores"),
       ...admin(h("p", {}, h("a", {href: "#/new", class: "button"}, "New datastore"))));
     timer = setInterval(() => { if (location.hash === "#/" || location.hash === "") refresh(); },
       10000);
@@ -235,9 +256,13 @@
       .catch(e => say(e.message, true)); }, 10000);
   }
 
-  function bodyFrom(d, size) {
+  // A PUT is the whole desired state: what is not sent back (labels, overrides) is reset.
+  function bodyFrom(d, size, labels) {
     const b = {protocol: d.protocol, size: size || d.size, pool: d.pool, thin: d.thin,
-      profile: d.profile};
+      profile: d.profile, labels: labels || d.labels || {}};
+    const o = Object.fromEntries(Object.entries(d.overrides || {}).filter(([, v]) =>
+      v !== null && v !== undefined));
+    if (Object.keys(o).length) b.overrides = o;
     if (d.nfs) b.nfs = {clients: d.nfs.clients};
     if (d.iscsi) b.iscsi = {initiators: d.iscsi.initiators,
       initiator_groups: d.iscsi.initiator_groups};
@@ -264,9 +289,12 @@
           h("pre", {}, JSON.stringify(f.evidence, null, 1))))))
       : h("p", {id: "no-advice"}, "No findings: nothing in the last 24 h of measurements " +
         "stands out.");
-    const snapRows = snaps.map(s => h("tr", {},
+    const snapRows = snaps.map(s => h("tr", {"data-snapshot": s.name},
       h("th", {scope: "row"}, s.name), h("td", {}, when(s.created)),
-      h("td", {}, bytes(s.used)), h("td", {}, s.clones.join(", ") || "–"),
+      h("td", {"data-field": "age", "data-value": s.age}, ago(s.age)),
+      h("td", {"data-field": "policy"}, s.policy || "by hand"),
+      h("td", {}, s.held ? "yes" : "no"), h("td", {}, bytes(s.used)),
+      h("td", {}, s.clones.join(", ") || "–"),
       ...admin(h("td", {}, cloneForm(name, s.name),
         h("button", {type: "button", onclick: guard(async () => {
           if (!confirm(`Delete snapshot ${s.name}?`)) return;
@@ -287,17 +315,25 @@
           bytes(d.usage.used)),
         h("dt", {}, "Serving"), h("dd", {}, d.serving ? "yes" : "no"),
         h("dt", {}, "Path / target"), h("dd", {}, where),
-        h("dt", {}, "Clients"), h("dd", {}, d.connected_clients.join(", ") || "none")),
+        h("dt", {}, "Clients"), h("dd", {}, d.connected_clients.join(", ") || "none"),
+        h("dt", {}, "Labels"), h("dd", {"data-field": "labels"}, labelText(d.labels) ||
+          "none"),
+        h("dt", {}, "Protection"), h("dd", {"data-field": "protection",
+          class: d.protection && d.protection.last_error ? "bad" : null},
+          protectionText(d.protection),
+          d.protection && d.protection.policies.length ?
+            ` (${d.protection.policies.join(", ")})` : "")),
       rangePicker(range, r => datastoreView(name, r)), chartBox,
       h("h2", {}, "Advice"), adviceList,
-      ...admin(h("h2", {}, "Change"), growForm(d), snapshotForm(name),
+      ...admin(h("h2", {}, "Change"), growForm(d), labelsForm(d), snapshotForm(name),
         h("button", {type: "button", class: "danger", id: "delete", onclick: guard(async () => {
           if (!confirm(`Delete datastore ${name} and its data?`)) return;
           await waitJob(await api("DELETE", `/datastores/${name}?wait=30`), `delete ${name}`);
           location.hash = "#/";
         })}, "Delete datastore")),
       h("h2", {}, "Snapshots"),
-      table("Snapshots", ["Name", "Created", "Used", "Clones", ...admin("Actions")], snapRows),
+      table("Snapshots", ["Name", "Created", "Age", "Policy", "Held", "Used", "Clones",
+        ...admin("Actions")], snapRows, "snapshots"),
       h("h2", {}, "Probes"), ...admin(probeForm(d)),
       table("Recent probe results", ["Profile", "Target", "Status", "Started", "IOPS",
         "p99 ms"], resultRows, "probe-results"));
@@ -322,6 +358,24 @@
       say(`${d.name} grown to ${size.value}`); datastoreView(d.name);
     })}, field("New size", size, "grow only; binary units (G, T)"),
     h("button", {type: "submit"}, "Grow"));
+  }
+
+  function labelsForm(d) {
+    if (d.iscsi && d.iscsi.chap_user) return h("p", {}, "Change a CHAP datastore's labels " +
+      "with the CLI (the secret is not shown here).");
+    const box = h("input", {type: "text", id: "labels", size: 30, value: labelText(d.labels),
+      placeholder: "protect=gold, tier=ssd"});
+    return h("form", {id: "labels-form", onsubmit: guard(async () => {
+      const labels = {};
+      for (const part of box.value.split(",").map(x => x.trim()).filter(Boolean)) {
+        const at = part.indexOf("=");
+        if (at < 1) throw new Error(`label ${part}: write key=value`);
+        labels[part.slice(0, at).trim()] = part.slice(at + 1).trim();
+      }
+      await api("PUT", `/datastores/${d.name}`, bodyFrom(d, null, labels));
+      say(`${d.name}'s labels set`); datastoreView(d.name);
+    })}, field("Labels", box, "key=value, comma-separated; snapshot policies select by them"),
+    h("button", {type: "submit"}, "Set labels"));
   }
 
   function snapshotForm(name) {
