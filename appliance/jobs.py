@@ -67,6 +67,11 @@ class JobContext:
     def cancelled(self) -> bool:
         return self.cancel_event.is_set()
 
+    @property
+    def stopping(self) -> bool:
+        """The appliance's API is stopping: a cancel now is an interruption, not a user's."""
+        return self._manager._stopping
+
     def check_cancelled(self) -> None:
         if self.cancelled:
             raise JobCancelled()

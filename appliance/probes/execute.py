@@ -47,15 +47,17 @@ class CancelToken:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
+        self.interrupted = False  # cancelled because the API stopped, not by a user
 
     @property
     def cancelled(self) -> bool:
         return self._event.is_set()
 
-    def cancel(self) -> None:
+    def cancel(self, interrupted: bool = False) -> None:
         with self._lock:
             if self._event.is_set():
                 return
+            self.interrupted = interrupted
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for cb in callbacks:

@@ -199,6 +199,11 @@ class ProbeService:
                         cleanup_errors.append(f"destroy {scratch.name}: {exc.message}")
             if cleanup_errors:
                 result.extra["cleanup_errors"] = cleanup_errors
+            if result.status == "cancelled" and cancel.interrupted:
+                # as its job says: nobody cancelled it, the API stopped under it
+                result.status = "failed"
+                result.error = ("interrupted: the API stopped while the probe ran; "
+                                "run it again")
             self.store.save(result)
             return result
 
@@ -408,13 +413,13 @@ def submit(jobs: JobManager, svc: ProbeService, req: ProbeRequest) -> tuple[str,
 
     def body(ctx: JobContext) -> dict[str, Any]:
         token = CancelToken()
-        ctx.on_cancel.append(token.cancel)
+        ctx.on_cancel.append(lambda: token.cancel(interrupted=ctx.stopping))
         done = threading.Event()
 
         def watch() -> None:  # JobManager.shutdown sets the event without calling hooks
             while not done.is_set():
                 if ctx.cancel_event.wait(1.0):
-                    token.cancel()
+                    token.cancel(interrupted=ctx.stopping)
                     return
 
         threading.Thread(target=watch, name=f"zds-probe-{probe_id}", daemon=True).start()
