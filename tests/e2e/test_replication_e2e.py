@@ -239,6 +239,42 @@ def test_4_iscsi_full_then_incremental(appliance: E2EAppliance, api: httpx.Clien
     state.update(lun_sha=want, wwn=d["iscsi"]["wwn"])
 
 
+def test_4b_a_policy_run_replicates_its_snapshot(appliance: E2EAppliance,
+                                                api: httpx.Client) -> None:
+    """A replication that follows snapshot policies sends the snapshot a policy run took,
+    on its own (no run request), and the replica holds that snapshot's data."""
+    body = {"datastore": "rnfs", "after_snapshot_policy": True,
+            "target": {"host": "127.0.0.1", "dataset": f"{REPLICAS}/rnfs"}}
+    ok(api.put("/replications/r-nfs", json=body))
+    appliance.check("dd if=/dev/urandom of=/tank/datastores/rnfs/disk3.img bs=1M count=2 "
+                    "status=none && sync")
+    ok(api.put("/snapshot-policies/p-repl", json={
+        "schedule": {"every": "1d"}, "retention": {"frequent": 2},
+        "datastores": {"names": ["rnfs"]}}), 201)
+    before = {j["id"] for j in ok(api.get("/jobs", params={"kind": "replication.run"}))}
+    t0 = time.monotonic()
+    run_job = ok(api.post("/snapshot-policies/p-repl/run", params={"wait": 300}), 202)
+    assert run_job["state"] == "succeeded" and run_job["result"]["snapshotted"] == ["rnfs"], \
+        run_job
+    deadline = time.monotonic() + 300
+    while True:
+        jobs = [j for j in ok(api.get("/jobs", params={"kind": "replication.run"}))
+                if j["id"] not in before and j["target"] == "r-nfs"]
+        if jobs and jobs[0]["state"] not in ("queued", "running"):
+            break
+        assert time.monotonic() < deadline, f"no replication followed the policy run: {jobs}"
+        time.sleep(2)
+    assert jobs[0]["state"] == "succeeded", jobs[0]
+    policy_snap = newest_snapshot(appliance, "tank/datastores/rnfs").split("@", 1)[1]
+    assert policy_snap.startswith("p-repl-"), policy_snap
+    assert newest_snapshot(appliance, f"{REPLICAS}/rnfs").endswith("@" + policy_snap)
+    assert replica_file_sha(appliance, f"{REPLICAS}/rnfs", "disk3.img") == sha_in_guest(
+        appliance, "/tank/datastores/rnfs/disk3.img")
+    print(f"\n[e2e] policy run + the replication it started: {time.monotonic() - t0:.1f} s")
+    ok(api.delete("/snapshot-policies/p-repl"), 204)
+    ok(api.put("/replications/r-nfs", json={**body, "after_snapshot_policy": False}))
+
+
 def test_5_refusals_lose_nothing(appliance: E2EAppliance, api: httpx.Client) -> None:
     ok(api.post("/datastores/rnfs/snapshots", json={"name": "before-refusals"}), 201)
     snaps_before = appliance.check("zfs list -H -o name,guid -t snapshot -r tank/datastores")
