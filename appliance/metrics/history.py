@@ -188,7 +188,10 @@ def _ds_rates(r: dict[str, Any]) -> dict[str, float | None]:
             "read_latency_ms": lat("read"), "write_latency_ms": lat("write"),
             "discards": float(r["discards"] or 0),
             "initiator_commands_per_s": rate("initiator_commands"),
-            "probe": float(r["probe"] or 0)}
+            "probe": float(r["probe"] or 0),
+            # the seconds the step's samples cover: a collection under load can take longer
+            # than its interval, so rate x step is not the count; rate x seconds is
+            "seconds": round(secs, 3)}
 
 
 def _pool_rates(r: dict[str, Any]) -> dict[str, float | None]:

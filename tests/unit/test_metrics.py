@@ -168,6 +168,26 @@ def test_collector_differences_per_datastore(rig: Rig) -> None:
     lun = rig.engine.metrics.history.datastore_series("lun1", 995, 1030, 10)
     assert lun[0].values["read_iops"] == 3.0 and lun[0].values["write_latency_ms"] == 5.0
     assert lun[0].values["discards"] == 2.0 and lun[0].values["initiator_commands_per_s"] == 4.0
+    assert [p.values["seconds"] for p in prev] == [10.0, 10.0]
+
+
+def test_a_late_collection_keeps_counts_exact_through_seconds(rig: Rig) -> None:
+    """Under load a collection can come 19 s after the last one instead of 10: the point's
+    rate is over the 19 s it covers, and rate x seconds gives back the ops counted (the
+    e2e test once read rate x 10 and saw half the writes)."""
+    st = rig.hosts.iostats
+    assert st is not None
+    _put(rig, "nfs1", "nfs3")
+    eid = _export_id(rig, "nfs1")
+    now = [1000.0]
+    rig.engine.metrics.collector.clock = lambda: now[0]  # type: ignore[union-attr]
+    rig.engine.metrics.collect()
+    st.nfs(eid, write_ops=4000)
+    now[0] = 1019.0
+    rig.engine.metrics.collect()
+    pts = rig.engine.metrics.history.datastore_series("nfs1", 995, 1030, 10)
+    assert len(pts) == 1 and pts[0].values["seconds"] == 19.0
+    assert pts[0].values["write_iops"] * pts[0].values["seconds"] == pytest.approx(4000, abs=1)
 
 
 def test_a_counter_that_goes_back_is_a_new_baseline(rig: Rig) -> None:
