@@ -28,7 +28,7 @@ from appliance.context import Context
 from appliance.errors import Unavailable, ZdsError
 from appliance.host.ganesha import Activity, LiveExport, active_clients
 from appliance.host.ganesha_config import ExportSpec, render_export_block
-from appliance.host.lio import LiveTarget, TargetSpec
+from appliance.host.lio import LiveTarget, TargetSpec, TargetSummary
 from appliance.host.zfs import DatasetInfo
 from appliance.model import (
     DATASTORE_PARENT,
@@ -71,11 +71,17 @@ class LiveState:
     targets: Mapping[str, LiveTarget]
     backstores: frozenset[str] = frozenset()
     activity: Activity | None = None
+    # targets read for a view only (LUN count, sessions), when ``targets`` was not read
+    summaries: Mapping[str, TargetSummary] = field(default_factory=dict)
 
     def serving(self, rec: DatastoreRecord) -> bool:
+        """NFS: its export is in ganesha. iSCSI: its target exists with a LUN."""
         if rec.spec.is_nfs:
             return rec.export_id is not None and rec.export_id in self.exports
-        return (rec.iqn or "") in self.targets
+        if (target := self.targets.get(rec.iqn or "")) is not None:
+            return bool(target.spec.luns)
+        summary = self.summaries.get(rec.iqn or "")
+        return summary is not None and summary.luns > 0
 
     def clients(self, rec: DatastoreRecord, window: float | None = 600.0) -> list[str]:
         """NFS clients active on the export (see active_clients) / initiators logged in."""
@@ -84,7 +90,7 @@ class LiveState:
                 return []
             return active_clients(self.activity, rec.export_id,
                                   [c.match for c in rec.spec.nfs_clients], window)
-        target = self.targets.get(rec.iqn or "")
+        target = self.targets.get(rec.iqn or "") or self.summaries.get(rec.iqn or "")
         return sorted(target.sessions) if target is not None else []
 
 
@@ -166,10 +172,11 @@ class Reconciler:
                 counts.update(zfs.snapshot_counts(parent))
         return ZfsView(True, frozenset(pools), pools, datasets, counts)
 
-    def read_live(self, activity: bool = True) -> LiveState:
+    def read_live(self, activity: bool = True, detail: bool = True) -> LiveState:
         """ganesha's exports (ShowExports; with ``activity`` also ShowClients) and LIO's
         targets and backstores (one walk of configfs). A daemon that does not answer is
-        reported as down, not as an error."""
+        reported as down, not as an error. Without ``detail`` (views, not plans) LIO's
+        targets are only summarized (``summaries``) and backstores are not read."""
         g, lio = self.ctx.ganesha, self.ctx.lio
         ganesha_up = lio_up = True
         exports: dict[int, LiveExport] = {}
@@ -183,16 +190,19 @@ class Reconciler:
         except ZdsError:
             ganesha_up = False
         targets: dict[str, LiveTarget] = {}
+        summaries: dict[str, TargetSummary] = {}
         backstores: frozenset[str] = frozenset()
         try:
-            if lio.available():
+            if not lio.available():
+                lio_up = False
+            elif detail:
                 targets = {t.spec.iqn: t for t in lio.list_targets()}
                 backstores = frozenset(lio.list_backstores())
             else:
-                lio_up = False
+                summaries = lio.summarize_targets()
         except ZdsError:
-            lio_up, targets = False, {}
-        return LiveState(ganesha_up, lio_up, exports, targets, backstores, act)
+            lio_up, targets, summaries = False, {}, {}
+        return LiveState(ganesha_up, lio_up, exports, targets, backstores, act, summaries)
 
     def desired(self, records: Iterable[DatastoreRecord], view: ZfsView,
                 groups: Mapping[str, InitiatorGroup]) -> Desired:

@@ -119,7 +119,7 @@ class DatastoreService:
 
     def list(self) -> list[DatastoreView]:
         view = self.reconciler.read_zfs(snapshots=True)
-        live = self.reconciler.read_live(activity=True)
+        live = self.reconciler.read_live(activity=True, detail=False)
         records = self.ctx.store.list_datastores()
         prot = self.protection(records) if self.protection else {}
         return [replace(self._view(r, view.datasets.get(r.spec.dataset)

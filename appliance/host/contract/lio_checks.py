@@ -19,6 +19,7 @@ from appliance.host.lio import (
     LiveTarget,
     LunSpec,
     TargetSpec,
+    TargetSummary,
 )
 
 PREFIX = "iqn.2026-11.org.zds-contract:"
@@ -49,6 +50,9 @@ def _assert_matches(lio: LioHost, spec: TargetSpec) -> LiveTarget:
     live = _live(lio, spec.iqn)
     assert live is not None, f"target {spec.iqn} not found after apply"
     assert live.spec == _normal(spec), f"read back {live.spec}\n  expected {_normal(spec)}"
+    summary = lio.summarize_targets().get(spec.iqn)
+    assert summary == TargetSummary(spec.iqn, len(spec.luns), live.sessions), \
+        f"summary {summary} disagrees with the full read {live}"
     return live
 
 
@@ -112,6 +116,7 @@ def check_apply_read_back(lio: LioHost, devices: Sequence[str]) -> None:
         expect(Conflict, lio.remove_backstore, "zdsct-ds1b")  # still exported
         lio.remove_target(iqn)
         assert _live(lio, iqn) is None
+        assert iqn not in lio.summarize_targets()
         assert "zdsct-ds1b" not in lio.list_backstores()
         lio.remove_target(iqn)  # missing: no error
         expect(NotFound, lio.tpg_attributes, iqn)

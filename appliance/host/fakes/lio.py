@@ -25,6 +25,7 @@ from appliance.host.lio import (
     LiveTarget,
     LunSpec,
     TargetSpec,
+    TargetSummary,
     check_spec,
 )
 
@@ -123,6 +124,11 @@ class FakeLio:
     def list_targets(self) -> list[LiveTarget]:
         self._up()
         return [self._live(t) for t in sorted(self.targets.values(), key=lambda t: t.iqn)]
+
+    def summarize_targets(self) -> dict[str, TargetSummary]:
+        self._up()
+        return {t.iqn: TargetSummary(t.iqn, len(t.luns), tuple(sorted(t.sessions)))
+                for t in self.targets.values()}
 
     def get_target(self, iqn: str) -> LiveTarget | None:
         self._up()
