@@ -108,7 +108,9 @@ class Engine:
         with ctx.lock.hold("start-up", timeout=START_LOCK_WAIT):
             self.replication.start()
             if ctx.zfs.available():
-                adopt(ctx, self.pools.imported())
+                imported = self.pools.imported()
+                adopt(ctx, imported)
+                self.pools.keep_snapshot_counts(imported)
                 self.datastores.finish_interrupted()
                 self._wait_for_daemons(daemon_wait)
             report = self.reconciler.full(wait=START_LOCK_WAIT)

@@ -51,6 +51,15 @@ DATASTORE_PROPERTIES: tuple[str, ...] = (
     "type", "used", "available", "referenced", "compressratio", "mounted", "origin",
     "creation", *DATASTORE_SETTINGS, *DATASTORE_USER_PROPERTIES,
 )
+# What the datastore list shows: native properties only (one `zfs list -o` line per
+# dataset) with the snapshot count ZFS keeps below POOL/datastores' snapshot_limit.
+VIEW_PROPERTIES: tuple[str, ...] = (
+    "type", "used", "available", "referenced", "compressratio", "mounted",
+    *DATASTORE_SETTINGS, "snapshot_count", "snapshot_limit",
+)
+# Set on POOL/datastores so ZFS keeps each dataset's snapshot_count (it counts only
+# below a limit); far beyond anything reached, and root is never held to it anyway.
+SNAPSHOT_COUNT_LIMIT = 1_000_000_000
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from appliance import reconcile as rc
@@ -155,9 +156,12 @@ class Reconciler:
 
     # --- reading (no lock; constant host calls) -------------------------------------
 
-    def read_zfs(self, snapshots: bool = False) -> ZfsView:
-        """Every imported pool's datastores: one ``zfs get -r`` per pool (and one
-        ``zfs list -t snapshot`` per pool when ``snapshots``)."""
+    def read_zfs(self, snapshots: bool = False,
+                 properties: Sequence[str] = DATASTORE_PROPERTIES) -> ZfsView:
+        """Every imported pool's datastores: one ``zfs get -r`` (or ``zfs list -o`` for
+        native ``properties``) per pool. With ``snapshots``, each dataset's snapshot count:
+        from ``snapshot_count`` when ``properties`` read it and the parent keeps counts
+        (its ``snapshot_limit`` is set), else one ``zfs list -t snapshot`` per pool."""
         zfs = self.ctx.zfs
         if not zfs.available():
             return ZfsView(False, frozenset(), {}, {})
@@ -166,11 +170,28 @@ class Reconciler:
         counts: dict[str, int] = {}
         for pool in pools:
             parent = f"{pool}/{DATASTORE_PARENT}"
-            for ds in zfs.list_datasets(parent, DATASTORE_PROPERTIES):
+            found = zfs.list_datasets(parent, properties)
+            for ds in found:
                 datasets[ds.name] = ds
-            if snapshots:
+            if not snapshots:
+                continue
+            head = datasets.get(parent)
+            if head is not None and head.prop("snapshot_limit", "none").isdigit():
+                counts.update((ds.name, ds.int_prop("snapshot_count")) for ds in found
+                              if ds.name != parent and ds.int_prop("snapshot_count"))
+            else:
                 counts.update(zfs.snapshot_counts(parent))
         return ZfsView(True, frozenset(pools), pools, datasets, counts)
+
+    def read(self, snapshots: bool = False, properties: Sequence[str] = DATASTORE_PROPERTIES,
+             activity: bool = False, detail: bool = True) -> tuple[ZfsView, LiveState]:
+        """:meth:`read_zfs` and :meth:`read_live` side by side: at 1,000 datastores under
+        emulation ZFS takes seconds that the configfs walk and DBus calls need not wait
+        for (the appliance has more than one CPU)."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="zds-read") as side:
+            live = side.submit(self.read_live, activity=activity, detail=detail)
+            view = self.read_zfs(snapshots=snapshots, properties=properties)
+            return view, live.result()
 
     def read_live(self, activity: bool = True, detail: bool = True) -> LiveState:
         """ganesha's exports (ShowExports; with ``activity`` also ShowClients) and LIO's
@@ -244,11 +265,10 @@ class Reconciler:
         """Desired vs live for every datastore, plus datasets without records and
         records without datasets; records it in the status. Raises Unavailable when
         ZFS cannot be read (the desired state is unknown then)."""
-        view = self.read_zfs()
+        view, live = self.read()
         if not view.available:
             raise Unavailable("ZFS is not available: desired state cannot be read")
         records = self.ctx.store.list_datastores()
-        live = self.read_live(activity=False)
         items = [DriftItem("zfs", s, r) for s, r in self.zfs_problems(records, view)]
         actions = self._plan(self.desired(records, view, self._groups()), live)
         items += [DriftItem(a.kind, a.subject, a.reason) for a in actions]
@@ -290,7 +310,7 @@ class Reconciler:
         """Makes LIO and ganesha match every record (``exclude``: as if those did not
         exist). A daemon that is down is reported for each object it should serve."""
         with self.ctx.lock.hold("a full reconcile", timeout=wait):
-            view = self.read_zfs()
+            view, live = self.read()
             if not view.available:
                 report = rc.ReconcileReport()
                 report.fail("zfs", "ZFS is not available: desired state cannot be read, "
@@ -299,7 +319,6 @@ class Reconciler:
             records = [r for r in self.ctx.store.list_datastores()
                        if r.name not in (exclude or set())]
             want = self.desired(records, view, self._groups())
-            live = self.read_live(activity=False)
             report = rc.apply(self._plan(want, live), self.ctx.ganesha, self.ctx.lio)
             self._report_down(report, want, live)
         if not exclude:

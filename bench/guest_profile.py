@@ -52,7 +52,7 @@ def instrument() -> None:
             return real_run(self, argv, **kw)
 
     run_module.SubprocessRunner.run = run  # type: ignore[method-assign]
-    for name in ("targets", "backstores"):
+    for name in ("targets", "backstores", "backstore_names", "summaries"):
         real = getattr(lio_module.ConfigfsReader, name)
 
         def walk(self: Any, _real: Callable[..., Any] = real, _name: str = name) -> Any:

@@ -516,6 +516,29 @@ def parse_datasets(out: str) -> list[DatasetInfo]:
     return infos
 
 
+# `zfs list -H -p -r -t filesystem,volume -o name,type,snapshot_count,volsize,mountpoint
+#  tank/datastores` (zfs 2.3.2; a property that does not apply to the type is "-", as
+#  `zfs get` with named properties shows it):
+#   tank/datastores	filesystem	1	-	/tank/datastores
+#   tank/datastores/bench0002	filesystem	1	-	/tank/datastores/bench0002
+#   tank/datastores/bench0003	volume	0	67108864	-
+def parse_list_columns(out: str, properties: Sequence[str]) -> list[DatasetInfo]:
+    """Datasets from ``zfs list -H -p -o name,PROPS`` (native properties only)."""
+    infos: list[DatasetInfo] = []
+    for line in out.splitlines():
+        if not line:
+            continue
+        f = line.split("\t")
+        if len(f) != len(properties) + 1:
+            raise HostCommandFailed(f"unexpected zfs list line: {line!r}")
+        props = dict(zip(properties, f[1:], strict=True))
+        kind = props.get("type", "")
+        if kind in ("filesystem", "volume", "snapshot"):
+            infos.append(DatasetInfo(name=f[0], type=kind,  # type: ignore[arg-type]
+                                     properties=props))
+    return infos
+
+
 # `zpool status -p p` (zpool 2.3.2; tab-indented config tree, two spaces per level; the
 # group lines logs/cache/spares/special/dedup sit at the pool's level without a state; no
 # 'scan:' line before the first scrub; a scrub in progress adds indented lines to it):
@@ -874,8 +897,17 @@ class Zfs:
     def list_datasets(self, root: str,
                       properties: Sequence[str] | None = None) -> list[DatasetInfo]:
         try:
-            infos = self._get("-r", "-t", "filesystem,volume", self._prop_list(properties),
-                              _arg_name(root))
+            if properties is not None and not any(":" in p for p in properties):
+                # native properties only: `zfs list -o` prints one line per dataset where
+                # `zfs get` prints one per property (the same ZFS work, ~25x less text
+                # to parse); user properties need get's source column
+                props = self._prop_list(properties)
+                infos = parse_list_columns(self._run(
+                    ["zfs", "list", "-H", "-p", "-r", "-t", "filesystem,volume", "-o",
+                     f"name,{props}", _arg_name(root)]), props.split(","))
+            else:
+                infos = self._get("-r", "-t", "filesystem,volume",
+                                  self._prop_list(properties), _arg_name(root))
         except NotFound:
             return []
         return sorted(infos, key=lambda i: i.name)

@@ -34,6 +34,7 @@ from appliance.model import (
     NFS_DATASET_PROPERTIES,
     PROFILES,
     PROTOCOLS,
+    VIEW_PROPERTIES,
     ZVOL_PROPERTIES,
     ChapSettings,
     DatastoreRecord,
@@ -118,8 +119,8 @@ class DatastoreService:
     # --- reading (no lock; the same host calls for any number of datastores) --------
 
     def list(self) -> list[DatastoreView]:
-        view = self.reconciler.read_zfs(snapshots=True)
-        live = self.reconciler.read_live(activity=True, detail=False)
+        view, live = self.reconciler.read(snapshots=True, properties=VIEW_PROPERTIES,
+                                          activity=True, detail=False)
         records = self.ctx.store.list_datastores()
         prot = self.protection(records) if self.protection else {}
         return [replace(self._view(r, view.datasets.get(r.spec.dataset)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import builtins
+import logging
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -11,12 +13,14 @@ from typing import Any
 from appliance import validate
 from appliance.adoption import adopt
 from appliance.context import Context
-from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
+from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable, ZdsError
 from appliance.host.factory import ROOT_FS_PROPERTIES
 from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevNode, VdevSpec
 from appliance.jobs import Job, JobContext
-from appliance.model import DATASTORE_PARENT
+from appliance.model import DATASTORE_PARENT, SNAPSHOT_COUNT_LIMIT
 from appliance.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
 
 MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
 POOL_PROPERTIES = {"ashift": "12", "autotrim": "on"}
@@ -149,13 +153,34 @@ class PoolService:
         return {p.name for p in self.ctx.zfs.list_pools()}
 
     def ensure_parent(self, pool: str) -> None:
-        """``POOL/datastores`` holds every datastore of a pool."""
+        """``POOL/datastores`` holds every datastore of a pool, with ZFS counting their
+        snapshots (see :meth:`keep_snapshot_counts`)."""
         zfs = self.ctx.zfs
         if zfs.get_dataset(pool, ("type",)) is None:
             raise NotFound(f"pool {pool!r} not found")
         parent = f"{pool}/{DATASTORE_PARENT}"
         if zfs.get_dataset(parent, ("type",)) is None:
-            zfs.create_filesystem(parent, {"zds:role": "datastores"})
+            zfs.create_filesystem(parent, {"zds:role": "datastores",
+                                           "snapshot_limit": str(SNAPSHOT_COUNT_LIMIT)})
+        else:
+            self.keep_snapshot_counts([pool])
+
+    def keep_snapshot_counts(self, pools: Iterable[str]) -> None:
+        """Sets ``snapshot_limit`` on each pool's ``POOL/datastores`` where it is missing
+        (pools made before, or imported from elsewhere): below a limit ZFS keeps every
+        dataset's ``snapshot_count``, so the datastore list reads counts with the
+        properties instead of listing every snapshot. A pool that refuses (feature
+        filesystem_limits disabled) is listed the slow way; nothing else changes."""
+        zfs = self.ctx.zfs
+        for pool in pools:
+            parent = f"{pool}/{DATASTORE_PARENT}"
+            info = zfs.get_dataset(parent, ("type", "snapshot_limit"))
+            if info is None or info.prop("snapshot_limit").isdigit():
+                continue
+            try:
+                zfs.set_properties(parent, {"snapshot_limit": str(SNAPSHOT_COUNT_LIMIT)})
+            except ZdsError as exc:
+                log.warning("%s keeps no snapshot counts: %s", parent, exc.message)
 
     def layout(self, req: PoolRequest) -> PoolLayout:
         def vdev(v: VdevRequest) -> VdevSpec:
@@ -368,6 +393,7 @@ class PoolService:
                         "(two systems importing one pool corrupt it)",
                         detail={"zpool": exc.message}) from exc
                 adopted = adopt(self.ctx, [name])
+                self.keep_snapshot_counts([name])
                 self.reconciler.full(wait=JOB_LOCK_WAIT)
             return {"pool": name, "imported": True, "adopted": adopted}
 

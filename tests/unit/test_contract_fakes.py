@@ -53,10 +53,14 @@ def test_zfs_snapshot_batch_and_holds(zfs: FakeZfs) -> None:
     zfs_checks.check_snapshot_batch_and_holds(zfs, "ctpool")
 
 
+def test_zfs_listing_and_snapshot_counts(zfs: FakeZfs) -> None:
+    zfs_checks.check_listing_and_snapshot_counts(zfs, "ctpool")
+
+
 def test_zfs_run_all(zfs: FakeZfs) -> None:
     done = zfs_checks.run_all(zfs, "ctpool", DISKS[:4], "/nonexistent", zfs.device_exists)
     assert done == ["available", "pools", "devices", "filesystems", "volumes", "snapshots",
-                    "snapshot_batch_and_holds"]
+                    "snapshot_batch_and_holds", "listing_and_snapshot_counts"]
     assert list(zfs.iter_names()) == ["ctpool"], "checks clean up after themselves"
 
 

@@ -41,8 +41,9 @@ PROTOCOL_NAMES = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42
 class SimulatedHost:
     """zfs/zpool output, ganesha's DBus replies and a configfs tree for N datastores."""
 
-    def __init__(self, root: Path, n: int) -> None:
+    def __init__(self, root: Path, n: int, counting: bool = True) -> None:
         self.root = root
+        self.counting = counting  # the parent has a snapshot_limit: ZFS counts snapshots
         self.records: list[DatastoreRecord] = []
         for i in range(n):
             nfs = i % 2 == 0
@@ -66,14 +67,7 @@ class SimulatedHost:
     # -- ZFS -------------------------------------------------------------------------
     def _dataset_rows(self, rec: DatastoreRecord, props: list[str]) -> list[str]:
         ds = rec.spec.dataset
-        values = {"type": "filesystem" if rec.spec.is_nfs else "volume", "used": "98304",
-                  "available": "67010560", "referenced": "98304", "compressratio": "1.00",
-                  "mounted": "yes", "mountpoint": f"/{ds}", "creation": "1795316290",
-                  "compression": "lz4", "sync": "standard", "zds:managed": "true",
-                  "zds:name": rec.name, "zds:protocol": rec.spec.protocol}
-        if not rec.spec.is_nfs:
-            del values["mounted"], values["mountpoint"]
-            values["volsize"] = str(rec.spec.size)
+        values = self._values(rec)
         rows = []
         for p in props:
             if p in values:
@@ -82,6 +76,41 @@ class SimulatedHost:
             elif ":" in p:
                 rows.append(f"{ds}\t{p}\t-\t-")
         return rows
+
+    def _values(self, rec: DatastoreRecord) -> dict[str, str]:
+        ds = rec.spec.dataset
+        values = {"type": "filesystem" if rec.spec.is_nfs else "volume", "used": "98304",
+                  "available": "67010560", "referenced": "98304", "compressratio": "1.00",
+                  "mounted": "yes", "mountpoint": f"/{ds}", "creation": "1795316290",
+                  "compression": "lz4", "sync": "standard", "zds:managed": "true",
+                  "zds:name": rec.name, "zds:protocol": rec.spec.protocol,
+                  "snapshot_limit": "none", "snapshot_count": self.snapshots(rec)}
+        if not rec.spec.is_nfs:
+            del values["mounted"], values["mountpoint"]
+            values["volsize"] = str(rec.spec.size)
+        return values
+
+    def snapshots(self, rec: DatastoreRecord) -> str:
+        """Datastore i has i % 3 snapshots (counted by ZFS only below a limit)."""
+        return str(int(rec.name[2:]) % 3) if self.counting else "none"
+
+    def zfs_list_columns(self, argv: tuple[str, ...]) -> str:
+        """`zfs list -H -p -r -o name,PROPS tank/datastores`: the parent, then one line per
+        datastore; "-" where a property does not apply."""
+        props = argv[argv.index("-o") + 1].split(",")[1:]
+        parent = {"type": "filesystem", "mountpoint": f"/{POOL}/datastores",
+                  "snapshot_limit": "1000000000" if self.counting else "none",
+                  "snapshot_count": str(sum(int(self.snapshots(r)) for r in self.records))
+                  if self.counting else "none"}
+        rows = [[f"{POOL}/datastores", *(parent.get(p, "-") for p in props)]]
+        for rec in self.records:
+            values = self._values(rec)
+            rows.append([rec.spec.dataset, *(values.get(p, "-") for p in props)])
+        return "".join("\t".join(r) + "\n" for r in rows)
+
+    def zfs_list_snapshots(self) -> str:
+        return "".join(f"{r.spec.dataset}@s{k}\n" for r in self.records
+                       for k in range(int(r.name[2:]) % 3))
 
     def zfs_get(self, argv: tuple[str, ...]) -> str:
         props, target = argv[-2].split(","), argv[-1]
@@ -172,8 +201,10 @@ class SimulatedHost:
             out = f"{POOL}\thealth\tONLINE\t-\n"
         elif argv[:2] == ("zfs", "get"):
             out = self.zfs_get(argv)
+        elif argv[:2] == ("zfs", "list") and "snapshot" in argv:
+            out = self.zfs_list_snapshots()
         elif argv[:2] == ("zfs", "list"):
-            out = ""  # no snapshots
+            out = self.zfs_list_columns(argv)
         elif argv[0] == "dbus-send" and argv[-1].endswith("ShowExports"):
             out = self.show_exports()
         elif argv[0] == "dbus-send" and argv[-1].endswith("ShowClients"):
@@ -207,12 +238,12 @@ Made = tuple[Engine, SimulatedHost, CountingReader]
 
 
 @pytest.fixture
-def engine_for(tmp_path: Path) -> Iterator[Callable[[int], Made]]:
+def engine_for(tmp_path: Path) -> Iterator[Callable[..., Made]]:
     made: list[Engine] = []
 
-    def make(n: int) -> Made:
-        sim = SimulatedHost(tmp_path / f"n{n}", n)
-        dev_zfs = tmp_path / f"n{n}" / "zfs-node"
+    def make(n: int, counting: bool = True) -> Made:
+        sim = SimulatedHost(tmp_path / f"n{n}-{counting}", n, counting)
+        dev_zfs = tmp_path / f"n{n}-{counting}" / "zfs-node"
         dev_zfs.write_text("")
         lio = Lio(device_check=lambda p: True, configfs_root=str(sim.configfs))
         reader = CountingReader(str(sim.configfs))
@@ -222,7 +253,7 @@ def engine_for(tmp_path: Path) -> Iterator[Callable[[int], Made]]:
             ganesha=Ganesha(sim.runner, sim.exports_dir),
             local=FakeLocalHost(name="zds-test"))
         settings = Settings(health_interval=0, reconcile_interval=0).with_state_dir(
-            tmp_path / f"n{n}" / "state")
+            tmp_path / f"n{n}-{counting}" / "state")
         engine = Engine.create(settings, hosts)
         for rec in sim.records:
             engine.store.put_datastore(rec)
@@ -244,6 +275,11 @@ def _measure(made: Made, action: str) -> tuple[int, dict[str, int]]:
     if action == "list":
         views = engine.datastores.list()
         assert len(views) == len(sim.records) and all(v.serving for v in views)
+        assert [v.snapshots for v in views] == [int(sim.snapshots(r)) if sim.counting
+                                                else int(r.name[2:]) % 3
+                                                for r in sim.records]
+        assert all(v.used == 98304 and v.properties["compression"] == "lz4"
+                   for v in views)
     elif action == "get":  # the last NFS and the last iSCSI datastore
         assert all(engine.datastores.get(r.name).serving for r in sim.records[-2:])
     elif action == "health":
@@ -260,7 +296,7 @@ def _measure(made: Made, action: str) -> tuple[int, dict[str, int]]:
 
 
 @pytest.mark.parametrize("action", ["list", "get", "health", "drift", "watcher", "check"])
-def test_host_calls_do_not_grow_with_datastores(engine_for: Callable[[int], Made],
+def test_host_calls_do_not_grow_with_datastores(engine_for: Callable[..., Made],
                                                 action: str) -> None:
     small = engine_for(2)  # one NFS, one iSCSI
     large = engine_for(200)
@@ -275,7 +311,7 @@ def test_host_calls_do_not_grow_with_datastores(engine_for: Callable[[int], Made
 
 
 def test_a_background_reconcile_with_nothing_to_do_changes_nothing(
-        engine_for: Callable[[int], Made]) -> None:
+        engine_for: Callable[..., Made]) -> None:
     engine, sim, _ = engine_for(200)
     engine.watcher.repair()
     methods = [a[-1].rsplit(".", 1)[-1] for a in sim.runner.calls if a[0] == "dbus-send"]
@@ -284,7 +320,7 @@ def test_a_background_reconcile_with_nothing_to_do_changes_nothing(
 
 
 def test_the_list_reads_a_few_configfs_entries_per_target(
-        engine_for: Callable[[int], Made], monkeypatch: pytest.MonkeyPatch) -> None:
+        engine_for: Callable[..., Made], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each configfs read costs ~0.5 ms under emulation: the list reads each target's LUN
     and ACL listings and each ACL's info (4 operations), not its backstores, serials,
     attributes or CHAP (about 25, which made the list 14.9x slower at 1,000 than at 10);
@@ -314,3 +350,18 @@ def test_the_list_reads_a_few_configfs_entries_per_target(
     ops.clear()
     assert engine.system.drift().in_sync
     assert sum(ops.values()) >= 10 * targets, "drift no longer reads what it compares"
+
+
+@pytest.mark.parametrize("counting", [True, False])
+def test_the_list_counts_snapshots_with_the_properties_when_zfs_keeps_counts(
+        engine_for: Callable[..., Made], counting: bool) -> None:
+    """Below POOL/datastores' snapshot_limit ZFS keeps each dataset's snapshot_count, so
+    the list reads counts in its one `zfs list` and lists no snapshot; a pool without the
+    limit (made before, refused it) is counted by listing its snapshots, once."""
+    engine, sim, _ = engine_for(20, counting)
+    before = len(sim.runner.calls)
+    views = engine.datastores.list()
+    assert [v.snapshots for v in views] == [int(r.name[2:]) % 3 for r in sim.records]
+    listed = [a for a in sim.runner.calls[before:] if a[:2] == ("zfs", "list")]
+    snapshot_lists = [a for a in listed if "snapshot" in a]
+    assert len(snapshot_lists) == (0 if counting else 1), listed

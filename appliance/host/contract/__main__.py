@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
                 run("zfs.snapshots", lambda: zfs_checks.check_snapshots(zfs, DS_POOL))
                 run("zfs.snapshot_batch_and_holds",
                     lambda: zfs_checks.check_snapshot_batch_and_holds(zfs, DS_POOL))
+                run("zfs.listing_and_snapshot_counts",
+                    lambda: zfs_checks.check_listing_and_snapshot_counts(zfs, DS_POOL))
         if run_send and ds_pool_ready:
             _run_send(zfs, workdir, run)
         if args.lio and ds_pool_ready:

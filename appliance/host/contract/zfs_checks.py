@@ -459,6 +459,49 @@ def check_snapshot_batch_and_holds(zfs: ZfsHost, pool: str) -> None:
         zfs.destroy(root, recursive=True)
 
 
+def check_listing_and_snapshot_counts(zfs: ZfsHost, pool: str) -> None:
+    """Native properties listed alone (``zfs list -o`` on the real host) read the same as
+    with user properties (``zfs get``); ``snapshot_count`` is "none" until a
+    ``snapshot_limit`` is set above, then counts each dataset's snapshots and its
+    children's, as :meth:`snapshot_counts` does."""
+    root = _scratch(zfs, pool)
+    try:
+        fs, vol = f"{root}/fs", f"{root}/vol"
+        zfs.create_filesystem(fs, {"compression": "lz4", "zds:kind": "nfs"})
+        zfs.create_volume(vol, 16 * MiB, sparse=True, properties={"zds:kind": "iscsi"})
+        zfs.snapshot(fs, "a")
+        zfs.snapshot(fs, "b")
+        zfs.snapshot(vol, "a")
+        native = ("type", "used", "referenced", "compression", "volsize", "mountpoint",
+                  "mounted", "snapshot_count", "snapshot_limit")
+        alone = {d.name: d for d in zfs.list_datasets(root, native)}
+        mixed = {d.name: d for d in zfs.list_datasets(root, (*native, "zds:kind"))}
+        assert sorted(alone) == [root, fs, vol], sorted(alone)
+        for name, d in alone.items():
+            assert d.type == mixed[name].type
+            for p in native:
+                assert d.prop(p) == mixed[name].prop(p), (name, p, d.properties,
+                                                          mixed[name].properties)
+        assert "zds:kind" not in alone[fs].properties
+        assert mixed[fs].prop("zds:kind") == "nfs"
+        assert alone[vol].int_prop("volsize") == 16 * MiB and alone[vol].prop("mountpoint") == ""
+        assert all(d.prop("snapshot_count") == "none" for d in alone.values()), alone
+
+        zfs.set_properties(root, {"snapshot_limit": "1000000000"})
+        counted = {d.name: d for d in zfs.list_datasets(root, native)}
+        assert counted[root].prop("snapshot_limit") == "1000000000"
+        assert counted[fs].prop("snapshot_limit") == "none", "a limit is not inherited"
+        assert {n: d.int_prop("snapshot_count") for n, d in counted.items()} == \
+            {root: 3, fs: 2, vol: 1}
+        assert zfs.snapshot_counts(root) == {fs: 2, vol: 1}
+        zfs.destroy(f"{fs}@a")
+        again = zfs.get_dataset(fs, ("snapshot_count",))
+        assert again is not None and again.prop("snapshot_count") == "1"
+        expect(InvalidInput, zfs.set_properties, root, {"snapshot_limit": "lots"})
+    finally:
+        zfs.destroy(root, recursive=True)
+
+
 def run_all(zfs: ZfsHost, pool: str, disks: Sequence[str], missing_disk: str,
             device_exists: Callable[[str], bool] | None = None) -> list[str]:
     """Runs every check; ``pool`` must exist already, ``disks`` must be unused."""
@@ -470,5 +513,6 @@ def run_all(zfs: ZfsHost, pool: str, disks: Sequence[str], missing_disk: str,
     check_volumes(zfs, pool, device_exists)
     check_snapshots(zfs, pool)
     check_snapshot_batch_and_holds(zfs, pool)
+    check_listing_and_snapshot_counts(zfs, pool)
     return ["available", "pools", *(["devices"] if len(disks) >= 4 else []), "filesystems",
-            "volumes", "snapshots", "snapshot_batch_and_holds"]
+            "volumes", "snapshots", "snapshot_batch_and_holds", "listing_and_snapshot_counts"]

@@ -368,6 +368,10 @@ class FakeZfs:
                 out[key] = value
             elif key in ("sharenfs", "sharesmb"):
                 out[key] = value
+            elif key == "snapshot_limit":
+                if value != "none" and not value.isdigit():
+                    raise InvalidInput(f"bad numeric value '{value}'")
+                out[key] = value
             else:
                 raise InvalidInput(f"invalid property '{key}'")
         return out
@@ -789,8 +793,22 @@ class FakeZfs:
                 "volsize": ds.local["volsize"],
                 "volblocksize": ds.local.get("volblocksize", str(DEFAULT_VOLBLOCKSIZE)),
             })
+        props["snapshot_limit"] = ds.local.get("snapshot_limit", "none")
+        props["snapshot_count"] = self._snapshot_count(pool, ds)
         props.update(ds.user)
         return DatasetInfo(name=ds.name, type=ds.type, properties=props)
+
+    @staticmethod
+    def _snapshot_count(pool: _Pool, ds: _Ds) -> str:
+        """ZFS counts the snapshots at and below a dataset only once a ``snapshot_limit``
+        has been set on it or above it (then it keeps counting); "none" before."""
+        parts = ds.name.split("/")
+        above = ("/".join(parts[:i]) for i in range(1, len(parts) + 1))
+        if not any(pool.datasets[a].local.get("snapshot_limit", "none") != "none"
+                   for a in above if a in pool.datasets):
+            return "none"
+        return str(sum(len(d.snaps) for n, d in pool.datasets.items()
+                       if n == ds.name or n.startswith(ds.name + "/")))
 
     def _snap_info(self, pool: _Pool, ds: _Ds, s: _Snap) -> DatasetInfo:
         props = {
