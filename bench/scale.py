@@ -138,6 +138,8 @@ class Bench:
                 size = size or mine["zds:size"]
             for creation_only in ("refreservation", "reservation"):
                 mine.pop(creation_only, None)
+            for counted in ("snapshot_count", "filesystem_count"):  # read-only; ZFS shows
+                mine.pop(counted, None)  # them as "local" below POOL/datastores' limit
             opts = " ".join(f"-o {shlex.quote(f'{k}={v}')}" for k, v in sorted(mine.items()))
             target = shlex.quote(ds.rsplit("/", 1)[0] + f"/{name}")
             lines.append(f"zfs create -s -V {size} {opts} {target}" if size
