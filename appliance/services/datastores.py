@@ -316,8 +316,7 @@ class DatastoreService:
     def space_warnings(self, pool: str) -> tuple[str, ...]:
         """What an admin should know after promising more space on ``pool``."""
         capacity = self.pools.capacity_of(pool)
-        promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
-                       if r.spec.pool == pool)
+        promised = self.ctx.store.promised_size(pool)
         if not capacity or promised <= capacity:
             return ()
         limit = self.pools.overcommit_of(pool)
@@ -349,8 +348,7 @@ class DatastoreService:
                 f"datastore of {validate.format_size(spec.size)} does not fit")
         ratio = self.pools.overcommit_of(spec.pool)
         limit = int(capacity * ratio)
-        promised = sum(r.spec.size for r in self.ctx.store.list_datastores()
-                       if r.spec.pool == spec.pool and r.name != spec.name)
+        promised = self.ctx.store.promised_size(spec.pool, except_name=spec.name)
         if spec.size + promised > limit:
             raise InsufficientSpace(
                 f"pool {spec.pool} holds {validate.format_size(capacity)}; its datastores "
