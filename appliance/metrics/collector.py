@@ -265,7 +265,8 @@ class Collector:
             self.totals.labels[rec.name] = (rec.spec.pool, rec.spec.protocol)
         for key in [k for k in self._prev if k not in seen and not k.startswith("arc")]:
             del self._prev[key]  # gone: a deleted datastore, a finished probe
-        for name in [n for n in self.totals.datastores if n not in {r.name for r in recs}]:
+        names = {r.name for r in recs}
+        for name in [n for n in self.totals.datastores if n not in names]:
             del self.totals.datastores[name]
             self.totals.labels.pop(name, None)
         return out

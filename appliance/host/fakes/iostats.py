@@ -68,13 +68,11 @@ class FakeIoStats:
             io_ms=b.io_ms + read_ms + write_ms, discards=b.discards + discards,
             discard_sectors=b.discard_sectors + discard_bytes // 512)
 
-    def initiator(self, target: str, initiator: str, *, lun: int = 0, commands: int = 0,
-                  read_mib: int = 0, write_mib: int = 0) -> None:
+    def initiator(self, target: str, initiator: str, *, lun: int = 0,
+                  commands: int = 0) -> None:
         key = (target, initiator, lun)
-        r = self._initiators.get(key, InitiatorIo(target, initiator, lun, 0, 0, 0))
-        self._initiators[key] = replace(r, commands=r.commands + commands,
-                                        read_mib=r.read_mib + read_mib,
-                                        write_mib=r.write_mib + write_mib)
+        r = self._initiators.get(key, InitiatorIo(target, initiator, lun, 0))
+        self._initiators[key] = replace(r, commands=r.commands + commands)
 
     def arc_io(self, hits: int, misses: int, l2_hits: int = 0, l2_misses: int = 0) -> None:
         assert self.arc is not None
