@@ -370,6 +370,11 @@ class GaneshaRefused(HostCommandFailed):
         self.text = text
 
 
+class GaneshaNoReply(Unavailable):
+    """A DBus call got no reply within its timeout: ganesha may be down, or still busy
+    with a long call (it answers one at a time)."""
+
+
 def _client_address(addr: str) -> str:
     """'::ffff:192.0.2.7' -> '192.0.2.7'; other addresses in canonical form."""
     try:
@@ -454,6 +459,9 @@ class Ganesha:
     # "another export admin operation is in progress, try again later"
     BUSY_RETRIES = 20
     BUSY_SLEEP = 0.25
+    # exports per AddExport call at start-up: 100 took 9 s under emulation, and one call
+    # of 500 outlived its reply timeout (every export was then reported not live)
+    ADD_BATCH = 50
 
     def __init__(
         self,
@@ -472,24 +480,26 @@ class Ganesha:
 
     # -- DBus plumbing -------------------------------------------------------------------
 
-    def _call(self, obj: str, method: str, *args: str) -> str:
+    def _call(self, obj: str, method: str, *args: str, timeout: float | None = None) -> str:
         for attempt in range(self.BUSY_RETRIES):
             try:
-                return self._call_once(obj, method, *args)
+                return self._call_once(obj, method, *args, timeout=timeout)
             except GaneshaRefused as exc:
                 if "try again later" not in exc.text or attempt == self.BUSY_RETRIES - 1:
                     raise
                 time.sleep(self.BUSY_SLEEP)
         raise AssertionError("unreachable")
 
-    def _call_once(self, obj: str, method: str, *args: str) -> str:
+    def _call_once(self, obj: str, method: str, *args: str,
+                   timeout: float | None = None) -> str:
         bus = f"--bus={self.dbus_address}" if self.dbus_address else "--system"
+        wait = timeout or self.reply_timeout
         argv = [
-            "dbus-send", bus, "--print-reply", f"--reply-timeout={int(self.reply_timeout * 1000)}",
+            "dbus-send", bus, "--print-reply", f"--reply-timeout={int(wait * 1000)}",
             f"--dest={DBUS_DEST}", obj, method, *args,
         ]  # fmt: skip
         try:
-            return self.runner.run(argv, timeout=self.reply_timeout + 15).stdout
+            return self.runner.run(argv, timeout=wait + 15).stdout
         except CommandError as exc:
             err = (exc.result.stderr or exc.result.stdout).strip()
             short = method.rsplit(".", 1)[-1]
@@ -506,6 +516,10 @@ class Ganesha:
                     "the DBus policy does not let this user call nfs-ganesha (ZDS must run "
                     "as root; nfs-ganesha's /etc/dbus-1/system.d/nfs-ganesha-dbus.conf "
                     f"allows root only): {text.strip()}"
+                ) from exc
+            if name == "org.freedesktop.DBus.Error.NoReply":
+                raise GaneshaNoReply(
+                    f"nfs-ganesha is not running or not answering on DBus ({text.strip()})"
                 ) from exc
             if name in _DOWN_ERRORS:
                 raise Unavailable(
@@ -577,8 +591,8 @@ class Ganesha:
             self._apply_explained(s, text, "UpdateExport")  # added meanwhile by someone else
 
     def add_exports(self, specs: Sequence[ExportSpec]) -> dict[int, ZdsError]:
-        """One ShowExports, one AddExport for every block at once, one ShowExports to see
-        what took, whatever the number of exports.
+        """One ShowExports, one AddExport per :attr:`ADD_BATCH` blocks, one ShowExports to
+        see what took: a constant number of calls per 50 exports, not one per export.
 
         Whatever the batch did not make live cleanly (a block ganesha skipped, refused
         or reported errors for, or the rest of the batch after a hard error) is added
@@ -612,28 +626,11 @@ class Ganesha:
         olds = {s.export_id: self.rendered(s.export_id) for s, _ in ready}
         for s, text in ready:
             _write_atomic(self._file(s.export_id), text)
-        batch, starts = _batch_text(ready)
-        fd, tmp = tempfile.mkstemp(prefix=".batch-", suffix=".conf", dir=self._dir())
-        retry = {s.export_id for s, _ in ready}
-        live: set[int] = set()
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(batch)
-            os.chmod(tmp, 0o644)
-            try:
-                reply = self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.AddExport", f"string:{tmp}",
-                                   "string:EXPORT(Export_Id=*)")
-                _summary, errors = self._parse("AddExport", parse_export_message, reply)
-            except GaneshaRefused:
-                errors = []  # a hard error part-way: what is live is checked below
-            live = {r.export_id for r in self._show_exports()}
-            bad = {eid for eid in (_errors_at(e, tmp, starts) for e in errors) if eid}
-            if errors and not bad:
-                bad = set(retry)  # errors we cannot place: redo them all one by one
-            retry = {eid for eid in retry if eid not in live or eid in bad}
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        bad: set[int] = set()
+        for k in range(0, len(ready), self.ADD_BATCH):
+            bad |= self._add_batch(ready[k:k + self.ADD_BATCH])
+        live = {r.export_id for r in self._show_exports()}
+        retry = {s.export_id for s, _ in ready if s.export_id not in live or s.export_id in bad}
         for s, _text in ready:
             if s.export_id not in retry:
                 continue
@@ -645,6 +642,50 @@ class Ganesha:
             except ZdsError as exc:
                 failed[s.export_id] = exc
         return failed
+
+    def _add_batch(self, chunk: Sequence[tuple[ExportSpec, str]]) -> set[int]:
+        """One AddExport of ``chunk``'s blocks from one file; returns the export ids
+        ganesha reported errors for (all of them when it erred where we cannot place).
+
+        Its reply may take a while: under emulation ganesha adds ~11 exports a second,
+        so a chunk gets a second per block on top of the usual reply timeout. A reply
+        that still does not come in time is not taken as "down": ganesha may be adding
+        them yet, so it is waited for and ShowExports says what took."""
+        batch, starts = _batch_text(chunk)
+        fd, tmp = tempfile.mkstemp(prefix=".batch-", suffix=".conf", dir=self._dir())
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(batch)
+            os.chmod(tmp, 0o644)
+            try:
+                reply = self._call(EXPORT_MGR, f"{IF_EXPORT_MGR}.AddExport", f"string:{tmp}",
+                                   "string:EXPORT(Export_Id=*)",
+                                   timeout=self.reply_timeout + 1.0 * len(chunk))
+                _summary, errors = self._parse("AddExport", parse_export_message, reply)
+            except GaneshaRefused:
+                errors = []  # a hard error part-way: what is live is checked after
+            except GaneshaNoReply:
+                if not self._answers_again(self.reply_timeout + 1.0 * len(chunk)):
+                    raise
+                errors = []
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        bad = {eid for eid in (_errors_at(e, tmp, starts) for e in errors) if eid}
+        if errors and not bad:
+            bad = {s.export_id for s, _ in chunk}  # errors we cannot place: redo them all
+        return bad
+
+    def _answers_again(self, within: float) -> bool:
+        """Whether ganesha answers a Ping again within ``within`` seconds (it serves one
+        DBus request at a time, so a long AddExport delays the next call's answer)."""
+        deadline = time.monotonic() + within
+        while True:
+            if self.available():
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(1.0)
 
     def update_export(self, spec: ExportSpec) -> None:
         s = check_spec(spec)

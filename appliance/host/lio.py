@@ -28,7 +28,7 @@ import glob
 import os
 import re
 import stat
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -232,6 +232,28 @@ class BackstoreInfo:
     serial: str  # the unit serial the NAA WWN derives from
 
 
+class _HbaIndexes:
+    """The iblock HBA numbers in use, so each new backstore takes the lowest free one
+    without listing configfs again (rtslib would scan every backstore for it)."""
+
+    def __init__(self, used: Iterable[int]) -> None:
+        self.used = set(used)
+
+    @classmethod
+    def of(cls, reader: ConfigfsReader) -> _HbaIndexes:
+        return cls(reader.hba_indexes())
+
+    def take(self) -> int:
+        n = next(i for i in range(len(self.used) + 1) if i not in self.used)
+        self.used.add(n)
+        return n
+
+    def release(self, hba: str) -> None:
+        """A deleted backstore's HBA (rtslib removes it with the storage object)."""
+        if hba.startswith("iblock_") and hba[7:].isdigit():
+            self.used.discard(int(hba[7:]))
+
+
 def _read(path: str) -> str | None:
     """A configfs attribute, stripped; None when it vanished (a writer removed it)."""
     try:
@@ -300,12 +322,10 @@ class ConfigfsReader:
                       for name in _listdir(os.path.join(core, hba))
                       if name not in ("hba_info", "hba_mode"))
 
-    def free_hba_index(self) -> int:
-        """The lowest N without a core/iblock_N (one listing; rtslib would scan every
-        backstore to find it)."""
-        used = {int(h[7:]) for h in _listdir(os.path.join(self.root, "core"))
+    def hba_indexes(self) -> set[int]:
+        """Every N with a core/iblock_N (one listing)."""
+        return {int(h[7:]) for h in _listdir(os.path.join(self.root, "core"))
                 if h.startswith("iblock_") and h[7:].isdigit()}
-        return next(i for i in range(len(used) + 1) if i not in used)
 
     def backstore(self, name: str) -> BackstoreInfo | None:
         for path in glob.glob(os.path.join(glob.escape(self.root), "core", "iblock_*",
@@ -561,7 +581,7 @@ class Lio:
         with self._session(f"configure target {spec.iqn}") as (rtslib, _root, fabric):
             index = {lun.backstore: info for lun in spec.luns
                      if (info := self.reader.backstore(lun.backstore)) is not None}
-            self._apply(rtslib, fabric, spec, index)
+            self._apply(rtslib, fabric, spec, index, _HbaIndexes.of(self.reader), {})
 
     def apply_targets(self, specs: Sequence[TargetSpec]) -> dict[str, ZdsError]:
         """One rtslib session and one read of the backstores for the whole batch."""
@@ -577,16 +597,18 @@ class Lio:
             return failed
         with self._session("configure targets") as (rtslib, _root, fabric):
             index = self.reader.backstores()
+            hbas = _HbaIndexes.of(self.reader)
             for spec in todo:
+                made: dict[str, BackstoreInfo] = {}
                 try:
                     with self._errors(rtslib, f"configure target {spec.iqn}"):
-                        self._apply(rtslib, fabric, spec, index)
+                        self._apply(rtslib, fabric, spec, index, hbas, made)
                 except ZdsError as exc:
                     failed[spec.iqn] = exc
-                for lun in spec.luns:  # what it made, for the checks of the next ones
-                    info = self.reader.backstore(lun.backstore)
-                    if info is not None:
-                        index[lun.backstore] = info
+                    continue
+                # what it made, for the checks of the next ones (reading it back with a
+                # glob over every HBA per target made start-up quadratic: 20% of it at 500)
+                index.update(made)
         return failed
 
     def _check(self, spec: TargetSpec) -> None:
@@ -596,31 +618,30 @@ class Lio:
                 raise NotFound(f"cannot export {lun.device}: no such block device")
 
     def _apply(self, rtslib: Any, fabric: Any, spec: TargetSpec,
-               index: dict[str, BackstoreInfo]) -> None:
+               index: dict[str, BackstoreInfo], hbas: _HbaIndexes,
+               made: dict[str, BackstoreInfo]) -> None:
         """Makes one target match ``spec``; ``index`` holds its backstores (or all).
         A target this call made is removed again when a later step fails, with the
         backstores made for it, so a refused apply leaves nothing behind."""
         self._check_backstores(rtslib, spec, index)
         existed = self._find_target(rtslib, fabric, spec.iqn) is not None
         try:
-            self._apply_steps(rtslib, fabric, spec, index)
+            self._apply_steps(rtslib, fabric, spec, index, hbas, made)
         except Exception:
             if not existed:
                 with suppress(Exception):
                     target = self._find_target(rtslib, fabric, spec.iqn)
                     if target is not None:
                         target.delete()
-                for lun in spec.luns:
-                    if lun.backstore in index:
-                        continue  # it was there before
-                    info = self.reader.backstore(lun.backstore)
+                for info in made.values():  # the backstores made for it
                     with suppress(Exception):
-                        if info is not None:
-                            self._block_object(rtslib, info).delete()
+                        self._block_object(rtslib, info).delete()
+                made.clear()
             raise
 
     def _apply_steps(self, rtslib: Any, fabric: Any, spec: TargetSpec,
-                     index: dict[str, BackstoreInfo]) -> None:
+                     index: dict[str, BackstoreInfo], hbas: _HbaIndexes,
+                     made: dict[str, BackstoreInfo]) -> None:
         target = rtslib.Target(fabric, spec.iqn, mode="any")
         tpg: Any = rtslib.TPG(target, 1, mode="any")
         # portals
@@ -647,12 +668,15 @@ class Lio:
             if so is not None and (so.udev_path != lun_spec.device
                                    or so.wwn != lun_spec.serial):
                 so.delete()  # also deletes this target's LUNs on it
+                hbas.release(index[lun_spec.backstore].hba)
                 so = None
             if so is None:
                 # the unit serial is set before the LUN is exported: stable NAA WWN
+                hba = hbas.take()
                 so = rtslib.BlockStorageObject(lun_spec.backstore, dev=lun_spec.device,
-                                               wwn=lun_spec.serial,
-                                               index=self.reader.free_hba_index())
+                                               wwn=lun_spec.serial, index=hba)
+                made[lun_spec.backstore] = BackstoreInfo(
+                    lun_spec.backstore, f"iblock_{hba}", lun_spec.device, lun_spec.serial)
             for akey, aval in lun_spec.attributes.items():
                 if so.get_attribute(akey).strip() != str(int(aval)):
                     so.set_attribute(akey, str(int(aval)))
