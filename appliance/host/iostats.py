@@ -21,7 +21,7 @@ twin; ``appliance.host.contract.iostats_checks`` holds both to one contract.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -178,6 +178,19 @@ def read_acl_stats(configfs_root: str) -> list[InitiatorIo]:
     return out
 
 
+def read_acl_counters(configfs_root: str,
+                      acls: Iterable[tuple[str, str, int]]) -> list[InitiatorIo]:
+    """``num_cmds`` of each given (target, initiator, LUN) that exists: one read each."""
+    out: list[InitiatorIo] = []
+    for target, initiator, lun in acls:
+        commands = _read_int(os.path.join(configfs_root, "iscsi", target, "tpgt_1", "acls",
+                                          initiator, f"lun_{lun}", "statistics",
+                                          "scsi_auth_intr", "num_cmds"))
+        if commands is not None:
+            out.append(InitiatorIo(target, initiator, lun, commands))
+    return out
+
+
 # --- ZFS pools ------------------------------------------------------------------------------
 
 POOL_IOSTAT_FIELDS = (
@@ -234,8 +247,11 @@ class IoStatsHost(Protocol):
     def zvol_devices(self) -> dict[str, str]:
         """zvol name (pool/datastores/lun1) -> block device name (zd0): one walk."""
 
-    def initiator_io(self) -> list[InitiatorIo]:
-        """LIO's per-initiator counters: one configfs walk ([] without LIO)."""
+    def initiator_io(self, acls: Iterable[tuple[str, str, int]] | None = None
+                     ) -> list[InitiatorIo]:
+        """LIO's per-initiator counters: one configfs walk ([] without LIO). With
+        ``acls`` (target IQN, initiator, mapped LUN) only those, one file read each and
+        no listing (configfs listings cost ~1 ms each under emulation)."""
 
     def pool_iostat(self) -> list[PoolIostat]:
         """Every imported pool's I/O and latency split over one second: one command.
@@ -303,8 +319,11 @@ class IoStats:
                     out[os.path.relpath(path, base)] = dev
         return out
 
-    def initiator_io(self) -> list[InitiatorIo]:
-        return read_acl_stats(self.configfs_root)
+    def initiator_io(self, acls: Iterable[tuple[str, str, int]] | None = None
+                     ) -> list[InitiatorIo]:
+        if acls is None:
+            return read_acl_stats(self.configfs_root)
+        return read_acl_counters(self.configfs_root, acls)
 
     def pool_iostat(self) -> list[PoolIostat]:
         try:

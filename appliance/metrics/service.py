@@ -195,7 +195,8 @@ def build(ctx: Context, stats: IoStatsHost | None, probes: ProbeService) -> Metr
     collector = None
     if stats is not None:
         collector = Collector(stats, ctx.zfs, ctx.ganesha, store.list_datastores,
-                              probes.registry.running)
+                              probes.registry.running,
+                              groups=lambda: {g.name: g.initiators for g in store.list_groups()})
 
     def dataset_properties(rec: DatastoreRecord) -> Mapping[str, str]:
         info = ctx.zfs.get_dataset(rec.spec.dataset, ADVICE_PROPERTIES)

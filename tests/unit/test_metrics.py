@@ -16,6 +16,7 @@ from appliance.host.iostats import (
     parse_diskstats,
     parse_get_nfsio,
     parse_pool_iostat,
+    read_acl_counters,
     read_acl_stats,
 )
 from appliance.host.run import RecordingRunner
@@ -87,6 +88,9 @@ def test_acl_stats_from_configfs(tmp_path: Path) -> None:
     (tmp_path / "iscsi" / "lio_version").write_text("x\n")
     (row,) = read_acl_stats(str(tmp_path))
     assert (row.target, row.initiator, row.lun, row.commands) == (iqn, ini, 0, 2101)
+    # the collector names the ACLs ZDS mapped: one read each, a missing one skipped
+    wanted = [(iqn, ini, 0), (iqn, "iqn.2026-11.org.example:gone", 0), (iqn, ini, 3)]
+    assert read_acl_counters(str(tmp_path), wanted) == [row]
 
 
 def test_real_reader_on_files_and_commands(tmp_path: Path) -> None:

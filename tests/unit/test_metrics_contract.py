@@ -16,6 +16,8 @@ def test_fake_counters_grow() -> None:
                write_bytes=5000, write_latency_ns=7000)
 
     iostats_checks.check_counters_grow(st, 901, io)
+    st.initiator("iqn.2026-11.io.zds:zds.lun1", "iqn.2026-11.org.example:h1", commands=4)
+    st.initiator("iqn.2026-11.io.zds:zds.lun2", "iqn.2026-11.org.example:h2", commands=9)
     iostats_checks.check_shapes(st)
 
 

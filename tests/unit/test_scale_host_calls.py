@@ -192,6 +192,15 @@ class SimulatedHost:
                 (tpg / "attrib" / key).write_text(f"{value}\n")
             (tpg / "enable").write_text("1\n")
 
+    def set_commands(self, count: int) -> None:
+        """Every ACL's LUN 0 counter of SCSI commands (LIO's scsi_auth_intr/num_cmds)."""
+        for rec in self.records:
+            if rec.iqn:
+                stat = (self.configfs / "iscsi" / rec.iqn / "tpgt_1" / "acls" / ESX / "lun_0"
+                        / "statistics" / "scsi_auth_intr")
+                stat.mkdir(parents=True, exist_ok=True)
+                (stat / "num_cmds").write_text(f"{count}\n")
+
     def answer(self, argv: tuple[str, ...], _input: str | None) -> CommandResult | None:
         out = ""
         if argv[:2] == ("zpool", "list"):

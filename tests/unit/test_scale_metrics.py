@@ -59,9 +59,9 @@ class CountingStats(IoStats):
         self.reads["zvol_devices"] += 1
         return super().zvol_devices()
 
-    def initiator_io(self):  # type: ignore[no-untyped-def]
+    def initiator_io(self, acls=None):  # type: ignore[no-untyped-def]
         self.reads["initiator_io"] += 1
-        return super().initiator_io()
+        return super().initiator_io(acls)
 
     def arcstats(self):  # type: ignore[no-untyped-def]
         self.reads["arcstats"] += 1
@@ -95,6 +95,7 @@ def make(tmp: Path, n: int) -> tuple[Engine, SimulatedHost, CountingStats]:
     dev_zfs.write_text("")
     stats = CountingStats(sim.runner, proc_root=str(proc), dev_root=str(dev),
                           configfs_root=str(sim.configfs))
+    sim.set_commands(0)
     hosts = HostAdapters(zfs=Zfs(sim.runner, dev_zfs=str(dev_zfs)),
                          lio=Lio(device_check=lambda p: True, configfs_root=str(sim.configfs)),
                          ganesha=Ganesha(sim.runner, sim.exports_dir),
@@ -113,11 +114,15 @@ def test_collector_host_calls_do_not_grow_with_datastores(tmp_path: Path, n: int
         engine, sim, stats = make(tmp_path / f"n{size}", size)
         try:
             engine.metrics.collect()  # baseline
+            sim.set_commands(7)
             calls0, reads0 = len(sim.runner.calls), stats.reads.copy()
             col = engine.metrics.collect()
             assert len(col.datastores) == size, col.errors
             nfs = [s for s in col.datastores if s.protocol == "nfs3"]
             assert all(s.counts["read_ops"] == 100 for s in nfs)
+            luns = [s for s in col.datastores if s.protocol == "iscsi"]
+            assert luns and all(s.counts["initiator_commands"] == 7 for s in luns), \
+                "every mapped LUN's LIO counter was read"
             argv0 = [a[:2] if a[0] != "dbus-send" else a[-1:]
                      for a in sim.runner.calls[calls0:]]
             measured.append((len(argv0), sorted(map(str, argv0)),

@@ -44,7 +44,14 @@ def check_shapes(host: IoStatsHost) -> None:
     assert all(isinstance(v, BlockStat) and k.startswith("zd") for k, v in blocks.items())
     zvols = host.zvol_devices()
     assert all(isinstance(k, str) and v.startswith("zd") for k, v in zvols.items())
-    assert all(isinstance(i, InitiatorIo) for i in host.initiator_io())
+    walked = host.initiator_io()
+    assert all(isinstance(i, InitiatorIo) for i in walked)
+    # named ACLs read the same counters as the walk, and only those that exist
+    named = [(i.target, i.initiator, i.lun) for i in walked]
+    assert host.initiator_io(named) == walked
+    assert host.initiator_io([*named[:1], ("iqn.2026-11.org.zds-contract:none",
+                                          "iqn.2026-11.org.example:none", 0)]) == walked[:1]
+    assert host.initiator_io([]) == []
     arc = host.arcstats()
     assert arc is None or isinstance(arc, dict)
     try:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from appliance.errors import Unavailable
@@ -101,9 +101,12 @@ class FakeIoStats:
             self._sync_zvols()
         return dict(self._zvols)
 
-    def initiator_io(self) -> list[InitiatorIo]:
+    def initiator_io(self, acls: Iterable[tuple[str, str, int]] | None = None
+                     ) -> list[InitiatorIo]:
         self._count("initiator_io")
-        return [self._initiators[k] for k in sorted(self._initiators)]
+        keys = sorted(self._initiators) if acls is None else \
+            [k for k in acls if k in self._initiators]
+        return [self._initiators[k] for k in keys]
 
     def pool_iostat(self) -> list[PoolIostat]:
         self._count("pool_iostat")
