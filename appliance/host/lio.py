@@ -220,6 +220,8 @@ def _is_block_device(path: str) -> bool:
 
 
 CONFIGFS_TARGET = "/sys/kernel/config/target"
+# entries of configfs iscsi/ that are the fabric's own, not targets
+_NOT_TARGETS = ("discovery_auth", "lio_version", "version", "cpus_allowed_list")
 
 
 @dataclass(frozen=True)
@@ -354,7 +356,7 @@ class ConfigfsReader:
     def target_iqns(self) -> list[str]:
         base = os.path.join(self.root, "iscsi")
         return [n for n in _listdir(base) if os.path.isdir(os.path.join(base, n))
-                and n not in ("discovery_auth", "lio_version", "version", "cpus_allowed_list")]
+                and n not in _NOT_TARGETS]
 
     def targets(self) -> list[LiveTarget]:
         out = []
@@ -371,7 +373,7 @@ class ConfigfsReader:
         out: dict[str, TargetSummary] = {}
         base = os.path.join(self.root, "iscsi")
         for iqn in _listdir(base):
-            if iqn in ("discovery_auth", "lio_version", "version", "cpus_allowed_list"):
+            if iqn in _NOT_TARGETS:
                 continue
             tpg = os.path.join(base, iqn, "tpgt_1")
             luns = sum(1 for e in _listdir(os.path.join(tpg, "lun")) if e.startswith("lun_"))
