@@ -19,13 +19,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.rest import api_client, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -38,8 +38,7 @@ CONFIGFS = "/sys/kernel/config/target/iscsi"
 
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=900,
-                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+    with api_client(appliance.api_url, appliance.admin_token, timeout=900) as c:
         yield c
 
 
@@ -51,12 +50,6 @@ def nfs(appliance: E2EAppliance, tmp_path_factory: pytest.TempPathFactory) -> Nf
 @pytest.fixture(scope="module")
 def iscsi(appliance: E2EAppliance, tmp_path_factory: pytest.TempPathFactory) -> Iscsi:
     return Iscsi(appliance.iscsi_port, tmp_path_factory.mktemp("iscsi"))
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def delete(api: httpx.Client, *names: str) -> None:

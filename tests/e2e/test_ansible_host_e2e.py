@@ -29,6 +29,7 @@ import pytest
 from images import build, hostvm
 from images.paths import REPO, cache_root, images_dir
 from tests.e2e.clients import Iscsi, Nfs
+from tests.e2e.rest import api_client, ok
 
 pytestmark = [
     pytest.mark.e2e,
@@ -127,16 +128,8 @@ def api(deployment: Deployment) -> Iterator[httpx.Client]:
     assert state.get("installed"), "host.yml did not install ZDS"
     token = deployment.vm.ssh("sudo cat /etc/zds/admin-token").stdout.strip()
     assert token.startswith("zds_"), token
-    with httpx.Client(base_url=f"https://127.0.0.1:{deployment.vm.ports['api']}/api/v1",
-                      verify=False, timeout=600,
-                      headers={"Authorization": f"Bearer {token}"}) as c:
+    with api_client(f"https://127.0.0.1:{deployment.vm.ports['api']}", token) as c:
         yield c
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def test_2_the_api_is_healthy_and_the_pool_is_a_mirror_of_the_data_disks(

@@ -21,7 +21,8 @@ import pytest
 from tests import browser
 from tests.browser import css, wait_for
 from tests.e2e.conftest import E2EAppliance
-from tests.e2e.test_probes_e2e import ensure_pool, ok
+from tests.e2e.rest import api_client, ok
+from tests.e2e.test_probes_e2e import ensure_pool
 
 pytestmark = pytest.mark.e2e
 
@@ -45,8 +46,7 @@ def tokens(appliance: E2EAppliance) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance, tokens: dict[str, str]) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=900,
-                      headers={"Authorization": f"Bearer {tokens['admin']}"}) as c:
+    with api_client(appliance.api_url, tokens["admin"], timeout=900) as c:
         yield c
 
 

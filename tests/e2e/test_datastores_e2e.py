@@ -19,6 +19,7 @@ import pytest
 from appliance.hostid import hostid_for
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.rest import api_client, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -34,8 +35,7 @@ state: dict[str, Any] = {}
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
     assert appliance.api_healthy, f"the API never became healthy; see {appliance.serial_log}"
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=600,
-                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+    with api_client(appliance.api_url, appliance.admin_token, timeout=600) as c:
         yield c
 
 
@@ -52,12 +52,6 @@ def nfs(appliance: E2EAppliance, workdir: Path) -> Nfs:
 @pytest.fixture(scope="module")
 def iscsi(appliance: E2EAppliance, workdir: Path) -> Iscsi:
     return Iscsi(appliance.iscsi_port, workdir)
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def sha(data: bytes) -> str:

@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.rest import api_client, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +27,8 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=900,
-                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+    with api_client(appliance.api_url, appliance.admin_token, timeout=900) as c:
         yield c
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def disks(pool: dict[str, Any]) -> dict[str, str]:

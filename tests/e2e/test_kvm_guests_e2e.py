@@ -25,6 +25,7 @@ from tests.e2e import libvirt_host
 from tests.e2e.clients import Iscsi, Nfs, run
 from tests.e2e.conftest import E2EAppliance
 from tests.e2e.portmap import MOUNT_PROG, NFS_PROG, Portmapper
+from tests.e2e.rest import api_client, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -40,8 +41,7 @@ timings: dict[str, float] = {}
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
     assert appliance.api_healthy, f"the API never became healthy; see {appliance.serial_log}"
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=600,
-                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+    with api_client(appliance.api_url, appliance.admin_token, timeout=600) as c:
         yield c
         # clones first (they hang on their origin's snapshot), then the datastores
         for name in ("kvmlun-clone", "kvmnfs-clone", "kvmlun", "kvmnfs"):
@@ -72,12 +72,6 @@ def iscsi(appliance: E2EAppliance, workdir: Path) -> Iscsi:
 @pytest.fixture(scope="module")
 def nfs(appliance: E2EAppliance, workdir: Path) -> Nfs:
     return Nfs(appliance.nfs_port, appliance.mountd_port, workdir)
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def note(tag: str) -> str:

@@ -17,6 +17,7 @@ import pytest
 from bench.policy_batch import guest_script
 from tests.e2e.clients import Nfs
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.rest import api_client, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -31,8 +32,7 @@ state: dict[str, Any] = {}
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
     assert appliance.api_healthy, f"the API never became healthy; see {appliance.serial_log}"
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=600,
-                      headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+    with api_client(appliance.api_url, appliance.admin_token, timeout=600) as c:
         yield c
 
 
@@ -40,12 +40,6 @@ def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
 def nfs(appliance: E2EAppliance, tmp_path_factory: pytest.TempPathFactory) -> Nfs:
     return Nfs(appliance.nfs_port, appliance.mountd_port,
                tmp_path_factory.mktemp("e2e-policies"))
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def policy_snaps(api: httpx.Client) -> list[dict[str, Any]]:

@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.rest import api_client, ok
 
 pytestmark = pytest.mark.e2e
 
@@ -25,8 +26,7 @@ results: dict[str, str] = {}
 @pytest.fixture(scope="module")
 def api(appliance: E2EAppliance) -> Iterator[httpx.Client]:
     assert appliance.api_healthy, f"the API never became healthy; see {appliance.serial_log}"
-    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=900,
-                      headers={"Authorization": f"Bearer {token(appliance)}"}) as c:
+    with api_client(appliance.api_url, token(appliance), timeout=900) as c:
         yield c
 
 
@@ -35,12 +35,6 @@ def token(appliance: E2EAppliance) -> str:
     fw_cfg admin token)."""
     out = appliance.check("zds --json token create --role admin --name e2e-probes")
     return str(json.loads(out[out.index("{"):])["token"])
-
-
-def ok(resp: httpx.Response, status: int = 200) -> Any:
-    assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
-                                       f"{resp.status_code} {resp.text}"
-    return resp.json() if resp.content else None
 
 
 def run_probe(api: httpx.Client, profile: str, datastore: str, target: str,

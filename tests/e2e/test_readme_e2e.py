@@ -8,10 +8,10 @@ import re
 import subprocess
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.rest import api_client
 
 pytestmark = pytest.mark.e2e
 
@@ -47,8 +47,7 @@ def test_the_readme_first_session_runs_as_written(appliance: E2EAppliance,
         assert re.search(r"naa\.6001405[0-9a-f]{25}$", out, re.M), out
         assert "before-upgrade" in out
     finally:
-        with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False, timeout=600,
-                          headers={"Authorization": f"Bearer {appliance.admin_token}"}) as c:
+        with api_client(appliance.api_url, appliance.admin_token, timeout=600) as c:
             for name in ("vmfs-nfs01", "vmfs-lun01"):
                 c.delete(f"/datastores/{name}", params={"wait": 300, "force": True})
             c.delete("/initiator-groups/esx-cluster")
