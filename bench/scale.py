@@ -1,6 +1,8 @@
 """The engine at scale: API latency at 10 .. 1,000 datastores, and boot-to-all-served.
 
     python -m bench.scale [--counts 10,100,300,1000] [--disk-size 160G] [--state DIR]
+                          [--json FILE] [--plot PNG]
+    python -m bench.scale --replot FILE --plot PNG      # a saved run's plot, no boot
 
 Boots its own appliance from the cached image (QEMU; TCG here), with two sparse data
 disks large enough for the default pool to hold every datastore (64 MiB each, thin),
@@ -281,11 +283,19 @@ def main(argv: list[str] | None = None) -> int:
                          "(fast), or through API PUTs (hours under emulation)")
     ap.add_argument("--state", help="keep the appliance's files here (default: a temp dir)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--plot", help="also draw seconds and ratios per N to this PNG")
+    ap.add_argument("--replot", metavar="JSON",
+                    help="only draw --plot from a run saved with --json (no appliance)")
     ap.add_argument("--no-reboot", action="store_true", help="skip the closing reboot")
     ap.add_argument("--profile", action="store_true",
                     help="at each count, split the list's and drift's time inside the guest "
                          "(bench/guest_profile.py)")
     args = ap.parse_args(argv)
+    if args.replot:
+        if not args.plot:
+            ap.error("--replot needs --plot")
+        plot(json.loads(Path(args.replot).read_text())["rows"], Path(args.plot))
+        return 0
     counts = [int(c) for c in args.counts.split(",")]
     state = Path(args.state) if args.state else Path(tempfile.mkdtemp(prefix="zds-scale-"))
     vm = Appliance(state_dir=state, base_image=build.build() / "zds.raw",
@@ -344,7 +354,48 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"rows": rows, "boot": boot,
                                                "profiles": profiles}, indent=2) + "\n")
+    if args.plot:
+        plot(rows, Path(args.plot))
     return 0
+
+
+# (row key, label, issue 8's target as a ratio to the first count, if it has one)
+PLOTTED = (("list", "GET /datastores", 5.0), ("drift", "GET /system/drift", None),
+           ("put_p50", "PUT one more (p50)", 1.5), ("get", "GET one datastore", None),
+           ("metrics", "GET /metrics", None), ("health", "GET /system/health", None))
+
+
+def plot(rows: list[dict[str, float]], path: Path) -> None:
+    """Two panels: seconds per call against N (log-log), and each call's ratio to its
+    value at the first N with issue 8's targets as dashed lines of the same colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [int(r["n"]) for r in rows]
+    fig, (secs, ratio) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for key, label, target in PLOTTED:
+        ys = [r[key] for r in rows]
+        line, = secs.plot(ns, ys, marker="o", label=label)
+        ratio.plot(ns, [y / ys[0] for y in ys], marker="o", color=line.get_color(),
+                   label=label)
+        if target is not None:
+            ratio.axhline(target, color=line.get_color(), linestyle="--", linewidth=1)
+            ratio.annotate(f"target {target:g}x", (ns[0], target), color=line.get_color(),
+                           textcoords="offset points", xytext=(2, 3), fontsize=8)
+    secs.set(xscale="log", yscale="log", xlabel="datastores (N)", ylabel="seconds",
+             title="Seconds per call (QEMU TCG guest)")
+    ratio.set(xscale="log", yscale="log", xlabel="datastores (N)",
+              ylabel=f"x its value at N = {ns[0]}",
+              title="Growth from the first N")
+    for ax in (secs, ratio):
+        ax.set_xticks(ns, [str(n) for n in ns])
+        ax.grid(True, which="both", alpha=0.3)
+    secs.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def report(rows: list[dict[str, float]], boot: dict[str, float], kvm: bool,
