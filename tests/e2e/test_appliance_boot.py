@@ -32,6 +32,17 @@ def test_the_boots_wait_for_zvol_links_is_bounded(appliance: E2EAppliance) -> No
     assert "TimeoutStartUSec=3min" in out and "ActiveState=active" in out, out
 
 
+def test_statd_starts_after_rpcbind_runs_so_a_slow_mount_cannot_time_it_out(
+        appliance: E2EAppliance) -> None:
+    # ordered on rpcbind's socket alone, rpc.statd's start timed out whenever the ZFS
+    # mounts (before rpcbind.service) took over 90 s, and nfs-ganesha waited 90 s more
+    out = appliance.check("systemctl show -p After -p ActiveState -p Result "
+                          "nfs-ganesha-lock.service")
+    after = next(line for line in out.splitlines() if line.startswith("After="))
+    assert "rpcbind.service" in after.split("=", 1)[1].split(), out
+    assert "ActiveState=active" in out and "Result=success" in out, out
+
+
 def test_lio_target_in_configfs(appliance: E2EAppliance) -> None:
     appliance.check("modprobe target_core_mod && modprobe iscsi_target_mod")
     appliance.check("mountpoint -q /sys/kernel/config || mount -t configfs none /sys/kernel/config")
