@@ -270,15 +270,14 @@ class Collector:
                 probe = probe or (of_probe and any(diffs))
             if interval is None and carried is not None and self._prev_ts is not None:
                 interval = now - self._prev_ts
+            tot = self._total(rec)
             if interval is None:
-                continue
+                continue  # a baseline, or no counters yet: its series stay at what they are
             sample = DatastoreSample(now, interval, rec.name, rec.spec.pool, rec.spec.protocol,
                                      counts, probe)
             out.append(sample)
-            tot = self.totals.datastores.setdefault(rec.name, dict.fromkeys(DS_COUNTERS, 0))
             for k, v in counts.items():
                 tot[k] += v
-            self.totals.labels[rec.name] = (rec.spec.pool, rec.spec.protocol)
         for key in [k for k in self._prev if k not in seen and not k.startswith("arc")]:
             del self._prev[key]  # gone: a deleted datastore, a finished probe
         names = {r.name for r in recs}
@@ -286,6 +285,14 @@ class Collector:
             del self.totals.datastores[name]
             self.totals.labels.pop(name, None)
         return out
+
+    def _total(self, rec: DatastoreRecord) -> dict[str, int]:
+        """``rec``'s running totals (what /metrics exposes), made at zero on first sight:
+        every datastore has its series from the first collection, even one without I/O
+        (ganesha lists an export in GetNFSIO only once it had some), so a scrape sees
+        all of them and ``rate()`` starts from the first sample."""
+        self.totals.labels[rec.name] = (rec.spec.pool, rec.spec.protocol)
+        return self.totals.datastores.setdefault(rec.name, dict.fromkeys(DS_COUNTERS, 0))
 
     def _probe_sources(self, rec: DatastoreRecord, pid: str, nfs_rows: list[NfsIo],
                        blocks: Mapping[str, BlockStat], zvols: Mapping[str, str],

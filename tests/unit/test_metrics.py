@@ -387,6 +387,26 @@ def test_metrics_api_and_readonly_scrape(rig: Rig, client: TestClient) -> None:
     assert who.json() == {"name": "grafana", "role": "readonly"}
 
 
+def test_an_idle_datastore_has_its_series_at_zero_from_the_first_collection(
+        rig: Rig, client: TestClient) -> None:
+    # ganesha lists an export in GetNFSIO only once it had I/O: without its own totals an
+    # idle NFS datastore was missing from /metrics until its first read or write
+    for name, body in (("idle-nfs", {"protocol": "nfs3", "size": "1G",
+                                     "nfs": {"clients": [{"match": "127.0.0.1"}]}}),
+                       ("idle-lun", {"protocol": "iscsi", "size": "1G"})):
+        assert client.put(f"/api/v1/datastores/{name}", json=body).status_code == 201
+    rig.engine.metrics.collect()
+    page = client.get("/metrics").text
+    for name, proto in (("idle-nfs", "nfs3"), ("idle-lun", "iscsi")):
+        for series in ("read_ops", "write_ops", "write_bytes"):
+            line = f'zds_datastore_{series}_total{{datastore="{name}",pool="tank",' \
+                   f'protocol="{proto}"}} 0.0'
+            assert line in page, (line, page)
+    assert client.delete("/api/v1/datastores/idle-nfs", params={"wait": 10}).status_code == 202
+    rig.engine.metrics.collect()
+    assert 'datastore="idle-nfs"' not in client.get("/metrics").text
+
+
 def test_console_is_static_and_offline(client: TestClient) -> None:
     page = client.get("/ui", headers={"Authorization": ""})
     assert page.status_code == 200 and "default-src 'self'" in page.headers[
