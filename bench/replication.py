@@ -85,7 +85,10 @@ class Bench:
 
     def replicate(self) -> tuple[float, dict[str, Any]]:
         t0 = time.monotonic()
-        job = self.call("POST", "/replications/bench/run", params={"wait": 1800})
+        # the API waits at most 600 s per request: a long run is then waited for again
+        job = self.call("POST", "/replications/bench/run", params={"wait": 600})
+        while job["state"] in ("queued", "running"):
+            job = self.call("GET", f"/jobs/{job['id']}", params={"wait": 600})
         seconds = time.monotonic() - t0
         if job["state"] != "succeeded":
             raise SystemExit(f"replication failed: {job['error']}")
