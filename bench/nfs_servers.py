@@ -290,11 +290,11 @@ class NfsBench:
                     m = Measurement("probes", target, profile, r)
                     t0 = time.monotonic()
                     try:
-                        job = g.api("POST", "/probes", params={"wait": 900}, json={
+                        job = g.api("POST", "/probes", params={"wait": 600}, json={
                             "profile": profile, "datastore": DATASTORE, "target": target,
                             "overrides": over})
                         while job["state"] in ("queued", "running"):
-                            job = g.api("GET", f"/jobs/{job['id']}", params={"wait": 900})
+                            job = g.api("GET", f"/jobs/{job['id']}", params={"wait": 600})
                         res = g.api("GET", f"/probes/results/{job['result_id']}")
                         m.summary = dict(res["summary"])
                         m.semantics = dict(res.get("semantics") or {})

@@ -36,13 +36,19 @@ class Api:
             raise SystemExit(f"{method} {path}: {r.status_code} {r.text}")
         return r.json() if r.content else None
 
+    def finish(self, job: dict[str, Any]) -> dict[str, Any]:
+        """``job`` once it has ended: the API waits at most 600 s per request, so a longer
+        job is asked for again."""
+        while job["state"] in ("queued", "running"):
+            job = self.call("GET", f"/jobs/{job['id']}", params={"wait": 600})
+        return job
+
     def probe(self, profile: str, datastore: str, target: str,
               overrides: dict[str, Any]) -> dict[str, Any]:
         job = self.call("POST", "/probes", params={"wait": 600},
                         json={"profile": profile, "datastore": datastore, "target": target,
                               "overrides": overrides})
-        while job["state"] in ("queued", "running"):
-            job = self.call("GET", f"/jobs/{job['id']}", params={"wait": 600})
+        job = self.finish(job)
         result: dict[str, Any] = self.call("GET", f"/probes/results/{job['result_id']}")
         if result["status"] != "ok":
             raise SystemExit(f"{profile} on {target}:{datastore} {result['status']}: "

@@ -32,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import httpx
+from bench.protocol_overhead import Api
 
 MiB = 1 << 20
 Exec = Callable[[str, float], tuple[int, str]]
@@ -43,20 +43,14 @@ DATASET = f"tank/datastores/{DS}"
 class Bench:
     def __init__(self, run: Exec, api_url: str, token: str) -> None:
         self._exec = run
-        self.http = httpx.Client(base_url=api_url + "/api/v1", verify=False, timeout=900,
-                                 headers={"Authorization": f"Bearer {token}"})
+        self.api = Api(api_url, token, insecure=True)
+        self.call = self.api.call
 
     def sh(self, cmd: str, timeout: float = 900) -> str:
         rc, out = self._exec(cmd, timeout)
         if rc != 0:
             raise SystemExit(f"guest command failed ({rc}): {cmd}\n{out}")
         return out
-
-    def call(self, method: str, path: str, **kw: Any) -> Any:
-        r = self.http.request(method, path, **kw)
-        if r.status_code >= 400:
-            raise SystemExit(f"{method} {path}: {r.status_code} {r.text}")
-        return r.json() if r.content else None
 
     def timed(self, cmd: str) -> float:
         out = self.sh(f"s=$(date +%s.%N); {cmd}; e=$(date +%s.%N); "
@@ -85,10 +79,8 @@ class Bench:
 
     def replicate(self) -> tuple[float, dict[str, Any]]:
         t0 = time.monotonic()
-        # the API waits at most 600 s per request: a long run is then waited for again
-        job = self.call("POST", "/replications/bench/run", params={"wait": 600})
-        while job["state"] in ("queued", "running"):
-            job = self.call("GET", f"/jobs/{job['id']}", params={"wait": 600})
+        job = self.api.finish(self.call("POST", "/replications/bench/run",
+                                        params={"wait": 600}))
         seconds = time.monotonic() - t0
         if job["state"] != "succeeded":
             raise SystemExit(f"replication failed: {job['error']}")
