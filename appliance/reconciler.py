@@ -28,7 +28,7 @@ from appliance import reconcile as rc
 from appliance.context import Context
 from appliance.errors import Unavailable, ZdsError
 from appliance.host.ganesha import Activity, LiveExport, active_clients
-from appliance.host.ganesha_config import ExportSpec, render_export_block
+from appliance.host.ganesha_config import ExportSpec
 from appliance.host.lio import LiveTarget, TargetSpec, TargetSummary
 from appliance.host.zfs import DatasetInfo
 from appliance.model import (
@@ -254,7 +254,7 @@ class Reconciler:
             exports=want.exports if live.ganesha_up else [],
             live_exports=list(live.exports.values()) if live.ganesha_up else [],
             rendered=g.rendered,
-            render=render_export_block,
+            render=g.render,
             targets=want.targets if live.lio_up else [],
             live_targets=list(live.targets.values()) if live.lio_up else [],
             live_backstores=live.backstores if live.lio_up else [],

@@ -304,8 +304,15 @@ class Activity:
 
 
 class GaneshaHost(Protocol):
+    """The NFS server ZDS drives: nfs-ganesha (:class:`Ganesha`, the default) or the
+    kernel's (:class:`appliance.host.knfsd.Knfsd`, opt-in)."""
+
+    def render(self, spec: ExportSpec) -> str:
+        """The file this server is given for ``spec`` (what :meth:`rendered` returns once
+        it is applied); the reconciler compares the two to find drift."""
+
     def available(self) -> bool:
-        """True when ganesha answers on DBus."""
+        """True when the server answers (ganesha: on DBus)."""
 
     def list_exports(self) -> list[LiveExport]:
         """Exports ganesha serves now (without the pseudo root, id 0): one DBus call."""
@@ -541,6 +548,9 @@ class Ganesha:
 
     # -- GaneshaHost -----------------------------------------------------------------------
 
+    def render(self, spec: ExportSpec) -> str:
+        return render_export_block(spec)
+
     def available(self) -> bool:
         """org.freedesktop.DBus.Peer.Ping, which libdbus answers for ganesha: a constant
         cost, where ShowExports grows with the number of exports."""
@@ -625,7 +635,7 @@ class Ganesha:
             return failed
         olds = {s.export_id: self.rendered(s.export_id) for s, _ in ready}
         for s, text in ready:
-            _write_atomic(self._file(s.export_id), text)
+            write_atomic(self._file(s.export_id), text)
         bad: set[int] = set()
         for k in range(0, len(ready), self.ADD_BATCH):
             bad |= self._add_batch(ready[k:k + self.ADD_BATCH])
@@ -634,7 +644,7 @@ class Ganesha:
         for s, _text in ready:
             if s.export_id not in retry:
                 continue
-            _restore(self._file(s.export_id), olds[s.export_id])
+            restore_file(self._file(s.export_id), olds[s.export_id])
             try:
                 if s.export_id in live:
                     self._remove_live(s.export_id)
@@ -777,7 +787,7 @@ class Ganesha:
         (and the old live state, when ganesha took the new block only in part)."""
         path = self._file(s.export_id)
         old = self.rendered(s.export_id)
-        _write_atomic(path, text)
+        write_atomic(path, text)
         try:
             reply = self._call(
                 EXPORT_MGR, f"{IF_EXPORT_MGR}.{method}", f"string:{path}",
@@ -785,10 +795,10 @@ class Ganesha:
             )  # fmt: skip
             _summary, errors = self._parse(method, parse_export_message, reply)
         except BaseException:
-            _restore(path, old)
+            restore_file(path, old)
             raise
         if errors:
-            _restore(path, old)
+            restore_file(path, old)
             if method == "AddExport":
                 self._remove_live(s.export_id)
             elif old is not None:
@@ -839,14 +849,15 @@ def _errors_at(error: str, file: str, starts: Sequence[tuple[int, int]]) -> int 
     return found
 
 
-def _restore(path: Path, old: str | None) -> None:
+def restore_file(path: Path, old: str | None) -> None:
+    """Put back the file as it was (``old`` None: there was none)."""
     if old is None:
         path.unlink(missing_ok=True)
     else:
-        _write_atomic(path, old)
+        write_atomic(path, old)
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old or the new file, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)

@@ -2,6 +2,7 @@
 
     python -m appliance.host.contract [--zfs] [--lio] [--zfs-pool-disks D1 D2 D3 D4]
                                       [--workdir /var/tmp/zds-contract] [--only CHECK]
+    python -m appliance.host.contract --knfsd     # with knfsd serving (zds nfs-server knfsd)
 
 Without ``--zfs-pool-disks`` it makes five sparse 512 MiB files in ``--workdir`` and
 builds its scratch pools (``zdsct`` for the pool checks, ``zdsctdev`` for the device
@@ -9,8 +10,9 @@ checks, ``zdsctds`` for datasets) on them; everything is destroyed at the end. W
 given disks the device checks (which need four unused ones) are left out. ``--lio``
 exports two sparse zvols of the scratch pool through LIO. ``--send`` (part of ``--zfs``)
 checks replication's ``zfs send | zfs receive`` adapter on the scratch pool, with a
-64 MiB pool on a further file as the full target. Prints one line per check; exit status
-0 only if all pass.
+64 MiB pool on a further file as the full target. ``--knfsd`` runs only the NFS export
+contract on the kernel NFS server (it must be the one running), exporting small tmpfs
+mounts in ``--workdir``. Prints one line per check; exit status 0 only if all pass.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lio", action="store_true", help="also run the LIO checks")
     ap.add_argument("--send", action="store_true",
                     help="only the zfs send/receive checks (--zfs includes them)")
+    ap.add_argument("--knfsd", action="store_true",
+                    help="only the NFS export checks, on knfsd (which must be running)")
     ap.add_argument("--zfs-pool-disks", nargs=4, metavar="DISK",
                     help="four unused equal-size disks instead of sparse files")
     ap.add_argument("--workdir", default="/var/tmp/zds-contract")
@@ -55,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     run_send = run_zfs or args.send
 
     workdir = Path(args.workdir)
+    if args.knfsd:
+        return _run_knfsd(workdir, args.json)
     if args.zfs_pool_disks:
         disks = list(args.zfs_pool_disks)
         zfs = Zfs(SubprocessRunner())
@@ -194,6 +200,41 @@ def _run_lio(zfs: Zfs, run: Callable[[str, Callable[[], object]], bool]) -> None
     run("lio.apply_read_back", lambda: lio_checks.check_apply_read_back(lio, devices))
     run("lio.errors", lambda: lio_checks.check_errors(lio, devices,
                                                       f"/dev/zvol/{DS_POOL}/missing"))
+
+
+def _run_knfsd(workdir: Path, as_json: bool) -> int:
+    """The GaneshaHost contract on knfsd; each exported directory is a tmpfs mount, as
+    knfsd exports only mount points (the ``mp`` option ZDS gives every export)."""
+    from appliance.host.contract import ganesha_checks
+    from appliance.host.knfsd import Knfsd
+
+    runner = SubprocessRunner()
+    mounts: list[Path] = []
+
+    def make_dir(name: str) -> str:
+        path = workdir / "knfsd" / name
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.path.ismount(path):
+            runner.run(["mount", "-t", "tmpfs", "-o", "size=1m", "zds-contract", str(path)])
+            mounts.append(path)
+        return str(path)
+
+    results: list[dict[str, object]] = []
+    started = time.monotonic()
+    try:
+        ganesha_checks.check_contract(Knfsd(runner), make_dir,
+                                      lambda name: str(workdir / "knfsd-missing" / name))
+        results.append({"check": "knfsd.contract", "ok": True,
+                        "seconds": round(time.monotonic() - started, 2)})
+        print(f"ok   knfsd.contract ({time.monotonic() - started:.1f} s)", flush=True)
+    except Exception:
+        results.append({"check": "knfsd.contract", "ok": False,
+                        "error": traceback.format_exc()[-2000:]})
+        print(f"FAIL knfsd.contract\n{traceback.format_exc()}", flush=True)
+    finally:
+        for path in mounts:
+            runner.run(["umount", str(path)], check=False)
+    return _finish(results, as_json)
 
 
 def _finish(results: list[dict[str, object]], as_json: bool) -> int:

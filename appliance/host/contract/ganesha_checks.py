@@ -1,6 +1,9 @@
-"""Contract checks for :class:`appliance.host.ganesha.GaneshaHost` (real ``Ganesha`` and
-``FakeGanesha``): tests/unit/test_ganesha_fake.py runs them on the fake,
-tests/integration/test_ganesha_adapter.py on the real adapter against a live nfs-ganesha.
+"""Contract checks for :class:`appliance.host.ganesha.GaneshaHost` (real ``Ganesha``, real
+``Knfsd`` and ``FakeGanesha``): tests/unit/test_ganesha_fake.py runs them on the fake,
+tests/integration/test_ganesha_adapter.py on the real adapter against a live nfs-ganesha,
+``python -m appliance.host.contract --knfsd`` on ``Knfsd`` inside the appliance
+(tests/e2e/test_datastores_e2e.py) and tests/unit/test_knfsd.py on it with a stand-in
+exportfs.
 
 ``make_dir(name)`` returns an absolute path that exists for the host under test;
 ``missing_dir(name)`` returns one that does not. Export ids 900.. are used and removed.
@@ -13,7 +16,7 @@ from collections.abc import Callable
 from appliance.errors import Conflict, InvalidInput, NotFound
 from appliance.host.contract import expect
 from appliance.host.ganesha import GaneshaHost
-from appliance.host.ganesha_config import ClientRule, ExportSpec, render_export_block
+from appliance.host.ganesha_config import ClientRule, ExportSpec
 
 RW_LOCAL = (ClientRule(("127.0.0.1",), "RW"),)
 RO_LOCAL = (ClientRule(("127.0.0.1",), "RO"),)
@@ -45,14 +48,14 @@ def check_contract(
     a = _spec(900, a_path)
     host.add_export(a)
     assert _ours(host) == {900: (a_path, a_path)}
-    assert host.rendered(900) == render_export_block(a)
+    assert host.rendered(900) == host.render(a)
 
     # add is idempotent, and with other clients it updates in place
     host.add_export(a)
     a2 = _spec(900, a_path, (ClientRule(("127.0.0.1", "192.0.2.0/24"), "RW"),))
     host.add_export(a2)
     assert _ours(host) == {900: (a_path, a_path)}
-    assert host.rendered(900) == render_export_block(a2)
+    assert host.rendered(900) == host.render(a2)
 
     # a second export, then update its access
     b = _spec(901, b_path)
@@ -60,8 +63,8 @@ def check_contract(
     assert _ours(host) == {900: (a_path, a_path), 901: (b_path, b_path)}
     b_ro = _spec(901, b_path, RO_LOCAL)
     host.update_export(b_ro)
-    assert host.rendered(901) == render_export_block(b_ro)
-    assert "Access_Type = RO;" in (host.rendered(901) or "")
+    assert host.rendered(901) == host.render(b_ro)
+    assert host.render(b_ro) != host.render(b)  # the access is in what the server is given
 
     # errors, each leaving state unchanged
     expect(NotFound, host.update_export, _spec(902, c_path))
@@ -79,8 +82,8 @@ def check_contract(
     expect(InvalidInput, host.add_export, _spec(902, c_path, hostile))
     assert host.rendered(902) is None
     assert _ours(host) == {900: (a_path, a_path), 901: (b_path, b_path)}
-    assert host.rendered(900) == render_export_block(a2)
-    assert host.rendered(901) == render_export_block(b_ro)
+    assert host.rendered(900) == host.render(a2)
+    assert host.rendered(901) == host.render(b_ro)
 
     # nothing uses a fresh export
     host.add_export(_spec(902, c_path))
@@ -127,7 +130,7 @@ def check_batch(
         assert _ours(host) == {910: (paths[0], paths[0]), 911: (paths[1], paths[1]),
                                912: (paths[2], paths[2]), 913: (paths[3], paths[3])}
         for spec in [*good, specs[-1]]:
-            assert host.rendered(spec.export_id) == render_export_block(spec)
+            assert host.rendered(spec.export_id) == host.render(spec)
         assert all(host.rendered(i) is None for i in (914, 915, 916))
         assert host.add_exports([]) == {}
     finally:

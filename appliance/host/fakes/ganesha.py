@@ -58,6 +58,9 @@ class FakeGanesha:
 
     # -- GaneshaHost -----------------------------------------------------------------------
 
+    def render(self, spec: ExportSpec) -> str:
+        return render_export_block(spec)
+
     def available(self) -> bool:
         return not self.down
 
