@@ -80,7 +80,8 @@ class Engine:
         return cls.create(settings, real_hosts(settings.state_dir,
                                                settings.ganesha_exports_dir,
                                                settings.ganesha_dbus_address,
-                                               hooks_dir=settings.hooks_dir))
+                                               hooks_dir=settings.hooks_dir,
+                                               nfs_server=settings.nfs_server))
 
     # what callers reach most often
     @property

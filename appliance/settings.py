@@ -8,6 +8,8 @@ Every key has a default, so a missing file means "defaults". Example::
     tls = true
     [state]
     dir = "/var/lib/zds"
+    [nfs]
+    server = "ganesha" # or "knfsd", the kernel's (opt-in; docs/architecture.md)
     [ganesha]
     exports_dir = "/var/lib/zds/ganesha"
     [iscsi]
@@ -33,6 +35,7 @@ from typing import Any
 from appliance.errors import InvalidInput
 
 DEFAULT_CONFIG = Path("/etc/zds/zds.toml")
+NFS_SERVERS = ("ganesha", "knfsd")
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,8 @@ class Settings:
     tls_cert: Path = Path("/etc/zds/tls/cert.pem")
     tls_key: Path = Path("/etc/zds/tls/key.pem")
     state_dir: Path = Path("/var/lib/zds")
+    # The NFS server: "ganesha" (nfs-ganesha, the default) or "knfsd" (the kernel's).
+    nfs_server: str = "ganesha"
     ganesha_exports_dir: Path = Path("/var/lib/zds/ganesha")
     ganesha_dbus_address: str | None = None  # None: the system bus
     iqn_prefix: str = "iqn.2026-11.io.zds"
@@ -91,7 +96,7 @@ class Settings:
 
 def load_settings(path: Path | None = None) -> Settings:
     """Reads the TOML file (if it exists) over the defaults."""
-    path = path or Path(os.environ.get("ZDS_CONFIG", str(DEFAULT_CONFIG)))
+    path = config_path(path)
     if not path.exists():
         return Settings()
     try:
@@ -101,6 +106,10 @@ def load_settings(path: Path | None = None) -> Settings:
     api = data.get("api", {})
     state = data.get("state", {})
     ganesha = data.get("ganesha", {})
+    nfs_server = str(data.get("nfs", {}).get("server", Settings.nfs_server))
+    if nfs_server not in NFS_SERVERS:
+        raise InvalidInput(f"{path}: [nfs] server = {nfs_server!r}: use one of "
+                           f"{', '.join(NFS_SERVERS)}")
     iscsi = data.get("iscsi", {})
     first = data.get("firstboot", {})
     base = Settings()
@@ -119,6 +128,7 @@ def load_settings(path: Path | None = None) -> Settings:
         tls_cert=Path(api.get("tls_cert", base.tls_cert)),
         tls_key=Path(api.get("tls_key", base.tls_key)),
         public_address=api.get("public_address", base.public_address),
+        nfs_server=nfs_server,
         ganesha_exports_dir=Path(ganesha.get("exports_dir", base.ganesha_exports_dir)),
         ganesha_dbus_address=ganesha.get("dbus_address") or None,
         iqn_prefix=str(iscsi.get("iqn_prefix", base.iqn_prefix)),
@@ -137,3 +147,44 @@ def load_settings(path: Path | None = None) -> Settings:
         hooks_dir=Path(data.get("policies", {}).get("hooks_dir", base.hooks_dir)),
         extra=data,
     )
+
+
+def config_path(path: Path | None = None) -> Path:
+    """The settings file in use: ``path``, else ``ZDS_CONFIG``, else /etc/zds/zds.toml."""
+    return path or Path(os.environ.get("ZDS_CONFIG", str(DEFAULT_CONFIG)))
+
+
+def write_nfs_server(path: Path, server: str) -> bool:
+    """Sets ``[nfs] server`` in the TOML file at ``path`` (made if missing), keeping every
+    other line as it is; True when the file changed."""
+    if server not in NFS_SERVERS:
+        raise InvalidInput(f"unknown NFS server {server!r}: use one of {', '.join(NFS_SERVERS)}")
+    old = path.read_text() if path.exists() else ""
+    line = f'server = "{server}"'
+    lines = old.splitlines()
+    section = next((i for i, ln in enumerate(lines) if ln.strip() == "[nfs]"), None)
+    if section is None:
+        lines += ["", "[nfs]", line] if lines else ["[nfs]", line]
+    else:
+        end = next((i for i in range(section + 1, len(lines))
+                    if lines[i].lstrip().startswith("[")), len(lines))
+        at = next((i for i in range(section + 1, end)
+                   if lines[i].split("=")[0].strip() == "server"), None)
+        if at is None:
+            lines.insert(section + 1, line)
+        else:
+            lines[at] = line
+    new = "\n".join(lines) + "\n"
+    if new == old:
+        return False
+    try:
+        got = tomllib.loads(new).get("nfs", {}).get("server")
+    except tomllib.TOMLDecodeError as exc:
+        raise InvalidInput(f"{path}: not valid TOML, not changed: {exc}") from exc
+    if got != server:
+        raise InvalidInput(f"{path}: could not set [nfs] server, not changed")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(new)
+    tmp.replace(path)
+    return True

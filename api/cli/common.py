@@ -16,6 +16,7 @@ from appliance.settings import Settings, load_settings
 if TYPE_CHECKING:  # the local commands' parts; remote commands never load them
     from appliance.engine import Engine
     from appliance.host.factory import HostAdapters
+    from appliance.host.nfs_units import NfsUnits
     from appliance.probes.client import ClientTools
 
 DEFAULT_SERVER = "https://127.0.0.1:8443"
@@ -63,7 +64,15 @@ def _real_hosts(settings: Settings) -> HostAdapters:
     from appliance.host.factory import real_hosts
 
     return real_hosts(settings.state_dir, settings.ganesha_exports_dir,
-                      settings.ganesha_dbus_address)
+                      settings.ganesha_dbus_address, hooks_dir=settings.hooks_dir,
+                      nfs_server=settings.nfs_server)
+
+
+def _real_nfs_units() -> NfsUnits:
+    from appliance.host.nfs_units import SystemdNfsUnits
+    from appliance.host.run import SubprocessRunner
+
+    return SystemdNfsUnits(SubprocessRunner())
 
 
 def _real_client_tools(workdir: str) -> ClientTools:
@@ -82,6 +91,7 @@ class Wiring:
     engine: Callable[[Settings], Engine] = _real_engine
     hosts: Callable[[Settings], HostAdapters] = _real_hosts
     client_tools: Callable[[str], ClientTools] = _real_client_tools
+    nfs_units: Callable[[], NfsUnits] = _real_nfs_units
 
 
 REAL = Wiring()

@@ -1,5 +1,5 @@
 """Commands run on the appliance itself: serve the API, the demo, the OpenAPI document,
-first boot, the ZFS hostid, and tokens."""
+first boot, the ZFS hostid, the NFS server, and tokens."""
 
 from __future__ import annotations
 
@@ -113,6 +113,34 @@ def cmd_firstboot(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_nfs_server(args: argparse.Namespace) -> int:
+    """Show or switch the appliance's NFS server (nfs-ganesha or the kernel's knfsd).
+
+    A switch stops and masks the other server, starts this one, records it in zds.toml
+    and restarts zds-api, whose start-up reconcile serves every NFS datastore again."""
+    from pathlib import Path
+
+    from appliance.settings import config_path, write_nfs_server
+
+    settings = settings_of(args)
+    units = wiring(args).nfs_units()
+    if args.server is None:
+        data = {"configured": settings.nfs_server, "running": units.active()}
+        out(args, data, lambda d: f"configured: {d['configured']}, running: "
+                                  f"{d['running'] or 'none'}")
+        return 0
+    done = units.use(args.server)
+    if write_nfs_server(config_path(Path(args.config) if args.config else None), args.server):
+        done.append(f"set [nfs] server = {args.server}")
+    if done and not args.no_restart:
+        units.restart_api()
+        done.append("restarted zds-api (it serves every NFS datastore again)")
+    out(args, {"server": args.server, "done": done},
+        lambda d: "\n".join(f"zds: {x}" for x in d["done"])
+        or f"zds: {d['server']} already serves NFS; nothing to do")
+    return 0
+
+
 def register(sub: Any) -> None:
     s = sub.add_parser("serve", help="run the REST API")
     s.add_argument("--host")
@@ -129,6 +157,13 @@ def register(sub: Any) -> None:
         .set_defaults(func=cmd_firstboot)
     sub.add_parser("hostid", help="set the ZFS hostid from the machine UUID (boot unit)") \
         .set_defaults(func=cmd_hostid)
+
+    ns = sub.add_parser("nfs-server", help="show or switch the NFS server: ganesha (default) "
+                                           "or knfsd (docs/architecture.md)")
+    ns.add_argument("server", nargs="?", choices=["ganesha", "knfsd"])
+    ns.add_argument("--no-restart", action="store_true",
+                    help="do not restart zds-api (the switch takes effect when it restarts)")
+    ns.set_defaults(func=cmd_nfs_server)
 
     t = sub.add_parser("token", help="API tokens (local, on the appliance)")
     tsub = t.add_subparsers(dest="token_cmd", required=True)

@@ -85,11 +85,14 @@ def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
 
 def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address: str | None,
                runner: Runner | None = None,
-               hooks_dir: Path = Path("/etc/zds/hooks")) -> HostAdapters:
-    """ZFS, LIO (rtslib-fb), nfs-ganesha (DBus) and the probe tools of this machine."""
+               hooks_dir: Path = Path("/etc/zds/hooks"), nfs_server: str = "ganesha"
+               ) -> HostAdapters:
+    """ZFS, LIO (rtslib-fb), the NFS server (nfs-ganesha over DBus, or the kernel's when
+    ``nfs_server`` is "knfsd") and the probe tools of this machine."""
     from appliance.host.ganesha import Ganesha
     from appliance.host.hooks import Hooks
     from appliance.host.iostats import IoStats
+    from appliance.host.knfsd import Knfsd
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
     from appliance.host.run import SubprocessRunner
@@ -106,14 +109,15 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         # searches there too, besides the disks
         zfs=Zfs(runner, import_dirs=(str(state_dir / "pools" / "*"),)),
         lio=Lio(),
-        ganesha=Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address),
+        ganesha=(Knfsd(runner) if nfs_server == "knfsd"
+                 else Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address)),
         local=local,
         probes=real_probe_hosts(runner),
         ssh=ssh,
         zfs_send=ZfsSend(runner, ssh),
         vsphere=PyVmomiConnector(),
         hooks=Hooks(runner, hooks_dir),
-        iostats=IoStats(runner, ganesha_dbus_address),
+        iostats=IoStats(runner, ganesha_dbus_address, nfs_counters=nfs_server == "ganesha"),
     )
 
 

@@ -234,6 +234,8 @@ class Collector:
         out: list[DatastoreSample] = []
         seen: set[str] = set()
         for rec in recs:
+            if rec.spec.is_nfs and not self.stats.nfs_counters:
+                continue  # knfsd: no per-export counters, so no series (not zeros)
             counts = dict.fromkeys(DS_COUNTERS, 0)
             interval: float | None = None
             probe = False

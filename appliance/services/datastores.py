@@ -26,6 +26,7 @@ from appliance.errors import (
 from appliance.host.ganesha import LiveExport
 from appliance.host.ganesha_config import check_spec as ganesha_check_spec
 from appliance.host.lio import check_spec as lio_check_spec
+from appliance.host.nfs_units import MAIN_UNIT
 from appliance.host.zfs import DatasetInfo
 from appliance.jobs import Job, JobContext
 from appliance.model import (
@@ -329,8 +330,10 @@ class DatastoreService:
         if not self.ctx.zfs.available():
             raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
         if spec.is_nfs and not self.ctx.ganesha.available():
-            raise Unavailable("nfs-ganesha is not running: start it (systemctl start "
-                              "nfs-ganesha) and retry; nothing was changed")
+            server = self.ctx.settings.nfs_server
+            raise Unavailable(f"the NFS server ({server}) is not running: start it "
+                              f"(systemctl start {MAIN_UNIT[server]}) and retry; nothing "
+                              "was changed")
         if not spec.is_nfs and not self.ctx.lio.available():
             raise Unavailable("the LIO iSCSI target is not available (configfs/target "
                               "modules); nothing was changed")

@@ -141,3 +141,45 @@ def test_tls_certificate_is_made_once(tmp_path: Path) -> None:
     first = cert.read_bytes()
     assert local.ensure_tls_certificate(cert, key, "zds-test") is False
     assert cert.read_bytes() == first
+
+
+class Units:
+    """NfsUnits that only remember: which server runs, and whether zds-api restarted."""
+
+    def __init__(self) -> None:
+        self.running: str | None = "ganesha"
+        self.restarts = 0
+
+    def active(self) -> str | None:
+        return self.running
+
+    def use(self, server: str) -> list[str]:
+        if self.running == server:
+            return []
+        self.running = server
+        return [f"started {server}"]
+
+    def restart_api(self) -> None:
+        self.restarts += 1
+
+
+def test_nfs_server_command_switches_records_and_restarts_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from api.cli.common import Wiring
+
+    units = Units()
+    conf = tmp_path / "zds.toml"
+    conf.write_text("[api]\nport = 9443\n")
+    base = ["--config", str(conf)]
+    w = Wiring(nfs_units=lambda: units)
+    assert main([*base, "--json", "nfs-server"], wiring=w) == 0
+    assert json.loads(capsys.readouterr().out) == {"configured": "ganesha", "running": "ganesha"}
+    assert main([*base, "nfs-server", "knfsd"], wiring=w) == 0
+    out = capsys.readouterr().out
+    assert "started knfsd" in out and "restarted zds-api" in out
+    assert units.restarts == 1 and 'server = "knfsd"' in conf.read_text()
+    assert main([*base, "nfs-server", "knfsd"], wiring=w) == 0  # nothing left to do
+    assert "nothing to do" in capsys.readouterr().out and units.restarts == 1
+    with pytest.raises(SystemExit):  # argparse: not a choice
+        main([*base, "nfs-server", "nfsd"], wiring=w)
+    assert units.running == "knfsd"

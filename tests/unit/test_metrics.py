@@ -407,6 +407,23 @@ def test_an_idle_datastore_has_its_series_at_zero_from_the_first_collection(
     assert 'datastore="idle-nfs"' not in client.get("/metrics").text
 
 
+def test_without_per_export_counters_nfs_datastores_have_no_series(
+        rig: Rig, client: TestClient) -> None:
+    # knfsd keeps no per-export counters: its NFS datastores must not show series that
+    # stay at zero whatever the I/O (a lie a dashboard cannot tell from an idle datastore)
+    st = rig.hosts.iostats
+    assert st is not None
+    st.nfs_counters = False
+    for name, body in (("kn-nfs", {"protocol": "nfs3", "size": "1G",
+                                   "nfs": {"clients": [{"match": "127.0.0.1"}]}}),
+                       ("kn-lun", {"protocol": "iscsi", "size": "1G"})):
+        assert client.put(f"/api/v1/datastores/{name}", json=body).status_code == 201
+    rig.engine.metrics.collect()
+    page = client.get("/metrics").text
+    assert 'datastore="kn-lun"' in page
+    assert 'datastore="kn-nfs"' not in page
+
+
 def test_console_is_static_and_offline(client: TestClient) -> None:
     page = client.get("/ui", headers={"Authorization": ""})
     assert page.status_code == 200 and "default-src 'self'" in page.headers[

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import InvalidInput
-from appliance.settings import Settings, load_settings
+from appliance.settings import Settings, load_settings, write_nfs_server
 
 
 def test_missing_file_means_defaults(tmp_path: Path) -> None:
@@ -51,3 +51,32 @@ def test_broken_file_is_a_clear_error(tmp_path: Path) -> None:
     f.write_text("[api\nport = ")
     with pytest.raises(InvalidInput, match="not valid TOML"):
         load_settings(f)
+
+
+def test_the_nfs_server_is_ganesha_unless_the_file_says_knfsd(tmp_path: Path) -> None:
+    f = tmp_path / "zds.toml"
+    f.write_text("[nfs]\nserver = \"knfsd\"\n")
+    assert load_settings(f).nfs_server == "knfsd"
+    assert load_settings(tmp_path / "none.toml").nfs_server == "ganesha"
+    f.write_text("[nfs]\nserver = \"nfsd\"\n")
+    with pytest.raises(InvalidInput, match="ganesha, knfsd"):
+        load_settings(f)
+
+
+def test_writing_the_nfs_server_keeps_the_rest_of_the_file(tmp_path: Path) -> None:
+    f = tmp_path / "zds.toml"
+    f.write_text('# managed\n[api]\nport = 9443\n\n[nfs]\nserver = "ganesha"\n\n'
+                 '[iscsi]\niqn_prefix = "iqn.2026-11.org.example"\n')
+    assert write_nfs_server(f, "knfsd")
+    s = load_settings(f)
+    assert (s.nfs_server, s.port, s.iqn_prefix) == ("knfsd", 9443, "iqn.2026-11.org.example")
+    assert f.read_text().startswith("# managed\n[api]\nport = 9443\n")
+    assert not write_nfs_server(f, "knfsd")  # already so: the file is not touched
+    g = tmp_path / "plain.toml"
+    g.write_text("[api]\nport = 9444\n")  # no [nfs] yet: added at the end
+    assert write_nfs_server(g, "knfsd") and load_settings(g).nfs_server == "knfsd"
+    h = tmp_path / "new" / "zds.toml"  # no file at all
+    assert write_nfs_server(h, "ganesha") and load_settings(h).nfs_server == "ganesha"
+    with pytest.raises(InvalidInput):
+        write_nfs_server(g, "nfsd")
+    assert load_settings(g).nfs_server == "knfsd"

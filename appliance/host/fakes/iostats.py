@@ -30,6 +30,7 @@ class FakeIoStats:
         self.zfs = zfs
         self.synthetic = synthetic
         self.clock = clock
+        self.nfs_counters = True
         self._nfs: dict[tuple[int, str], NfsIo] = {}
         self._blocks: dict[str, BlockStat] = {}
         self._zvols: dict[str, str] = {}
