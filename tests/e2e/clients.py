@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -34,10 +35,25 @@ class Nfs:
         with tempfile.NamedTemporaryFile(dir=self.workdir) as src:
             src.write(data)
             src.flush()
-            run(["nfs-cp", src.name, self.url(export, name)])
+            self._copy_in(src.name, self.url(export, name), 300)
 
     def put_file(self, export: str, name: str, path: Path) -> None:
-        run(["nfs-cp", str(path), self.url(export, name)], timeout=900)
+        self._copy_in(str(path), self.url(export, name), 900)
+
+    @staticmethod
+    def _copy_in(src: str, url: str, timeout: float, patience: float = 120) -> None:
+        """nfs-cp, again while the server answers NFS3ERR_JUKEBOX ("try again later": a
+        freshly started nfs-ganesha in its grace period refuses the SETATTR of a create),
+        as kernel clients do; libnfs's nfs-cp gives up at once."""
+        deadline = time.monotonic() + patience
+        while True:
+            proc = run(["nfs-cp", src, url], timeout=timeout, check=False)
+            if proc.returncode == 0:
+                return
+            if "JUKEBOX" not in proc.stderr + proc.stdout or time.monotonic() > deadline:
+                raise AssertionError(f"nfs-cp failed ({proc.returncode}): "
+                                     f"{proc.stderr}{proc.stdout}")
+            time.sleep(3)
 
     def get(self, export: str, name: str) -> bytes:
         fd, dst = tempfile.mkstemp(dir=self.workdir)

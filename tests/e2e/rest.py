@@ -3,7 +3,8 @@ answer, so every test module fails with the same message (method, URL, status, b
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,3 +26,21 @@ def ok(resp: httpx.Response, status: int = 200) -> Any:
     assert resp.status_code == status, f"{resp.request.method} {resp.request.url}: " \
                                        f"{resp.status_code} {resp.text}"
     return resp.json() if resp.content else None
+
+
+def wait_for_health(api: httpx.Client, want: Callable[[dict[str, Any]], bool],
+                    timeout: float = 300) -> dict[str, Any]:
+    """Polls /system/health until ``want(health)`` holds, through an API that may be
+    restarting (connection errors and 5xx are waited out); fails with the last answer."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            resp = api.get("/system/health")
+            last = resp.json() if resp.status_code == 200 else resp.text
+            if resp.status_code == 200 and want(last):
+                return dict(last)
+        except (httpx.HTTPError, ValueError) as exc:
+            last = repr(exc)
+        time.sleep(2)
+    raise AssertionError(f"health did not come to what was wanted within {timeout} s: {last}")

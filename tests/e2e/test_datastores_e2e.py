@@ -19,7 +19,7 @@ import pytest
 from appliance.hostid import hostid_for
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
-from tests.e2e.rest import api_client, ok
+from tests.e2e.rest import api_client, ok, wait_for_health
 
 pytestmark = pytest.mark.e2e
 
@@ -267,3 +267,53 @@ def test_8_adapters_hold_their_contract_on_the_real_stack(appliance: E2EApplianc
     out = appliance.check("/opt/zds/venv/bin/python -m appliance.host.contract --zfs --lio",
                           timeout=900)
     assert "FAIL" not in out, out
+
+
+def _nfs_server_is(server: str) -> Any:
+    def want(h: dict[str, Any]) -> bool:
+        comp = h["components"]["ganesha"]  # the NFS server's entry, whichever it is
+        return bool(comp["ok"]) and (("knfsd" in comp["detail"]) == (server == "knfsd")) \
+            and h["started_at"] > 0
+    return want
+
+
+def test_9_knfsd_when_chosen_serves_the_same_datastores_and_holds_the_contract(
+        appliance: E2EAppliance, api: httpx.Client, nfs: Nfs) -> None:
+    """The opt-in kernel NFS server (docs/architecture.md): ``zds nfs-server knfsd``
+    stops and masks ganesha, starts knfsd and restarts the API, whose start-up serves
+    the NFS datastore made before the switch (data written through ganesha reads back
+    through knfsd); a datastore made afterwards is served too; the adapter holds the
+    export contract on the real knfsd; switching back to ganesha serves both again."""
+    body = {"protocol": "nfs3", "size": "1G",
+            "nfs": {"clients": [{"match": HOST_AS_SEEN, "access": "rw"}]}}
+    first = ok(api.put("/datastores/kn01", json=body), 201)["nfs"]["path"]
+    data = os.urandom(MiB)
+    nfs.put(first, "via-ganesha.bin", data)
+    try:
+        out = appliance.check("zds nfs-server knfsd", timeout=600)
+        assert "started nfs-server.service" in out and "restarted zds-api" in out, out
+        wait_for_health(api, _nfs_server_is("knfsd"))
+        assert appliance.exec("systemctl is-active nfs-ganesha.service")[1].strip() != "active"
+        assert appliance.exec("systemctl is-enabled nfs-ganesha.service")[1].strip() == "masked"
+        assert nfs.get(first, "via-ganesha.bin") == data
+        second = ok(api.put("/datastores/kn02", json=body), 201)
+        assert second["serving"], second
+        nfs.put(second["nfs"]["path"], "via-knfsd.bin", data)
+        assert nfs.get(second["nfs"]["path"], "via-knfsd.bin") == data
+        exports = appliance.check("cat /var/lib/nfs/etab")
+        assert f"{first}\t" in exports and "fsid=" in exports, exports
+        assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
+        contract = appliance.check("/opt/zds/venv/bin/python -m appliance.host.contract "
+                                   "--knfsd", timeout=600)
+        assert "ok   knfsd.contract" in contract, contract
+    finally:
+        back = appliance.check("zds nfs-server ganesha", timeout=600)
+    assert "started nfs-ganesha.service" in back, back
+    wait_for_health(api, _nfs_server_is("ganesha"))
+    assert appliance.exec("systemctl is-enabled nfs-server.service")[1].strip() == "masked"
+    assert nfs.get(second["nfs"]["path"], "via-knfsd.bin") == data
+    assert nfs.get(first, "via-ganesha.bin") == data
+    for name in ("kn01", "kn02"):  # force: the host's client was active a moment ago
+        job = ok(api.delete(f"/datastores/{name}", params={"force": True}), 202)
+        job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 300}))
+        assert job["state"] == "succeeded", job
