@@ -85,9 +85,11 @@ def parse_proc_stat(line: str) -> tuple[int, int]:
 class Guest:
     """The booted appliance: root shell, files, its REST API, fio with the probes' jobs."""
 
-    def __init__(self, vm: Any, results: Path) -> None:
+    def __init__(self, vm: Any, results: Path, runtime: int | None = None) -> None:
         self.vm = vm
         self.results = results
+        # measured seconds per fio step (None: the probes' short default, 5 s)
+        self.runtime = runtime
         self.http = httpx.Client(base_url=vm.api_url + "/api/v1", verify=False, timeout=900,
                                  headers={"Authorization": f"Bearer {vm.admin_token()}"})
 
@@ -121,6 +123,8 @@ class Guest:
             ) -> Measurement:
         """Runs the probe profile's job file on ``path`` in the guest; never raises."""
         over = {**PROFILE_OVERRIDES.get(profile_name, {}), **(overrides or {})}
+        if self.runtime is not None:
+            over["runtime"] = self.runtime
         m = Measurement(part, config, profile_name, rnd,
                         at=datetime.now(UTC).isoformat(timespec="seconds"))
         t0 = time.monotonic()

@@ -278,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--image")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runtime", type=int,
+                    help="measured seconds per fio step (default: the probes' 5 s)")
     ap.add_argument("--tune-rounds", type=int, default=1)
     ap.add_argument("--parts", default="lun-tune,lun")
     ap.add_argument("--out", default=f"/tmp/zds-bench-{datetime.now(UTC):%Y%m%d-%H%M}")
@@ -294,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"# bench.iscsi_lun, {machine_line(False)}; results {results}")
     t0 = time.monotonic()
     with booted(args.image) as vm:
-        run_all(Guest(vm, results), args.rounds, args.tune_rounds, args.parts)
+        run_all(Guest(vm, results, args.runtime), args.rounds, args.tune_rounds, args.parts)
     print(report(results, img))
     print(f"# took {time.monotonic() - t0:.0f} s")
     return 0

@@ -461,6 +461,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--image", help="a zds.raw to boot (default: build or reuse the cache)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runtime", type=int,
+                    help="measured seconds per fio step (default: the probes' 5 s)")
     ap.add_argument("--tune-rounds", type=int, default=2)
     ap.add_argument("--keep", type=float, default=0.05,
                     help="a tuning change is kept when it lifts a target profile this much")
@@ -488,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     try:
         with booted(args.image, extra_disks=(LOG_DISK,)) as vm:
-            g = Guest(vm, results)
+            g = Guest(vm, results, args.runtime)
             log("appliance up: " + g.sh("uname -r; zfs version | head -1; "
                                        "dpkg-query -W -f='${Version}' nfs-ganesha").replace(
                                            "\n", " "))
