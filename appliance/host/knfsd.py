@@ -152,7 +152,9 @@ class Knfsd:
             return False
 
     def list_exports(self) -> list[LiveExport]:
-        return [LiveExport(eid, path) for eid, (path, _c) in sorted(self._live().items())]
+        """ZDS's exports live now: etab's entries that have a file of ours (an admin's own
+        /etc/exports lines are not ZDS's to reconcile, whatever their fsid)."""
+        return [LiveExport(eid, path) for eid, (path, _c) in sorted(self._ours().items())]
 
     def get_export(self, export_id: int) -> ExportDisplay | None:
         check_export_id(export_id)
@@ -230,7 +232,7 @@ class Knfsd:
         mounts = self._mounts()
         v4 = self._v4_clients()
         exports: dict[int, ExportActivity] = {}
-        for eid, (path, _clients) in self._live().items():
+        for eid, (path, _clients) in self._ours().items():
             used = (_V3_USED if any(p == path for _c, p in mounts) else frozenset()) | (
                 _V4_USED if v4 else frozenset())
             exports[eid] = ExportActivity(eid, path, used, now if used else 0.0)
@@ -263,6 +265,9 @@ class Knfsd:
             return parse_etab((self.state_dir / "etab").read_text())
         except FileNotFoundError:
             return {}
+
+    def _ours(self) -> dict[int, tuple[str, tuple[str, ...]]]:
+        return {eid: v for eid, v in self._live().items() if self._file(eid).exists()}
 
     def _mounts(self) -> list[tuple[str, str]]:
         try:

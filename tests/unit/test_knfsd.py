@@ -169,6 +169,20 @@ def test_who_uses_an_export(setup: tuple[Knfsd, Exportfs, Path]) -> None:
     assert host.connected_clients(999) == []
 
 
+def test_an_admins_own_exports_are_not_zds_s(setup: tuple[Knfsd, Exportfs, Path]) -> None:
+    host, exportfs, data = setup
+    for name in ("a", "mine"):
+        (data / name).mkdir()
+    host.add_export(ExportSpec(101, str(data / "a"), str(data / "a"), (3,), RW))
+    # the admin's line in /etc/exports, with an fsid in ZDS's range: exportfs lists it
+    etab = exportfs.state / "etab"
+    etab.write_text(etab.read_text() + f"{data / 'mine'}\t*(rw,sync,fsid=500,sec=sys)\n")
+    assert [e.export_id for e in host.list_exports()] == [101]  # not reconciled as ZDS's
+    assert set(host.activity().exports) == {101}
+    with pytest.raises(Conflict, match="already exported"):  # but its path is taken
+        host.add_export(ExportSpec(102, str(data / "mine"), str(data / "mine"), (3,), RW))
+
+
 def test_available_is_knfsd_having_threads(setup: tuple[Knfsd, Exportfs, Path]) -> None:
     host, _exportfs, _data = setup
     assert host.available()
