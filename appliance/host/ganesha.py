@@ -575,10 +575,7 @@ class Ganesha:
         return self._parse("DisplayExport", parse_display_export, text)
 
     def rendered(self, export_id: int) -> str | None:
-        try:
-            return self._file(export_id).read_text()
-        except FileNotFoundError:
-            return None
+        return read_text_or_none(self._file(export_id))
 
     def add_export(self, spec: ExportSpec) -> None:
         """Add live; an export already live under this id (same path) is updated instead.
@@ -847,6 +844,14 @@ def _errors_at(error: str, file: str, starts: Sequence[tuple[int, int]]) -> int 
         if first <= line:
             found = eid
     return found
+
+
+def read_text_or_none(path: Path) -> str | None:
+    """The file's text; None when there is no file."""
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
 
 
 def restore_file(path: Path, old: str | None) -> None:

@@ -37,6 +37,7 @@ from appliance.host.ganesha import (
     ExportDisplay,
     LiveExport,
     client_admitted,
+    read_text_or_none,
     restore_file,
     write_atomic,
 )
@@ -164,10 +165,7 @@ class Knfsd:
         return ExportDisplay(export_id, live[0], live[0], "", live[1])
 
     def rendered(self, export_id: int) -> str | None:
-        try:
-            return self._file(export_id).read_text()
-        except FileNotFoundError:
-            return None
+        return read_text_or_none(self._file(export_id))
 
     def add_export(self, spec: ExportSpec) -> None:
         failed = self.add_exports([spec])
@@ -232,8 +230,9 @@ class Knfsd:
         mounts = self._mounts()
         v4 = self._v4_clients()
         exports: dict[int, ExportActivity] = {}
+        mounted = {p for _c, p in mounts}
         for eid, (path, _clients) in self._ours().items():
-            used = (_V3_USED if any(p == path for _c, p in mounts) else frozenset()) | (
+            used = (_V3_USED if path in mounted else frozenset()) | (
                 _V4_USED if v4 else frozenset())
             exports[eid] = ExportActivity(eid, path, used, now if used else 0.0)
         clients = [ClientActivity(c, _V3_USED, now) for c in sorted({c for c, _p in mounts})]
@@ -267,7 +266,12 @@ class Knfsd:
             return {}
 
     def _ours(self) -> dict[int, tuple[str, tuple[str, ...]]]:
-        return {eid: v for eid, v in self._live().items() if self._file(eid).exists()}
+        """etab's exports that have a file of ours: one listing, not a stat per export."""
+        try:
+            names = set(os.listdir(self.exports_dir))
+        except FileNotFoundError:
+            return {}
+        return {eid: v for eid, v in self._live().items() if _file_name(eid) in names}
 
     def _mounts(self) -> list[tuple[str, str]]:
         try:
