@@ -58,6 +58,22 @@ class VmError(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class SocketLink:
+    """A guest NIC on a QEMU socket network: an Ethernet wire to another guest, carried
+    by one TCP connection on 127.0.0.1 (QEMU ``-netdev socket``). The guest that
+    ``listen``s must start before the one that ``connect``s; nothing else can join."""
+
+    mode: str  # "listen" or "connect"
+    port: int  # on 127.0.0.1
+    mac: str  # the guest finds its NIC by it, e.g. 52:54:00:5a:00:01
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("listen", "connect") or not 0 < self.port < 65536 or \
+                not re.fullmatch(r"52:54:00(:[0-9a-f]{2}){3}", self.mac):
+            raise ValueError(f"bad socket link {self}")
+
+
 @dataclass
 class Ports:
     """Host ports on 127.0.0.1 forwarded to the guest's API, NFS, mountd and iSCSI ports."""
@@ -183,6 +199,9 @@ class Appliance:
     # Vagrant box's Vagrantfile does with Vagrant's key)
     ssh_port: int | None = None
     ssh_authorized_keys: Path | None = None
+    # private links to other QEMU guests: a second NIC per link, joined through a QEMU
+    # socket network on 127.0.0.1 (the e2e of two appliances replicating)
+    links: tuple[SocketLink, ...] = ()
     last_health: str = field(default="", repr=False)  # the last health body seen
     _ctl: socket.socket | None = field(default=None, repr=False)
     _ctl_buf: bytes = field(default=b"", repr=False)
@@ -318,6 +337,11 @@ class Appliance:
         argv += [
             "-netdev", f"user,id=n0,restrict=on,{self.ports.hostfwd()}{ssh_fwd}",
             "-device", ("vmxnet3" if self.hardware == "esxi" else "virtio-net-pci") + ",netdev=n0",
+        ]
+        for i, link in enumerate(self.links):
+            argv += ["-netdev", f"socket,id=link{i},{link.mode}=127.0.0.1:{link.port}",
+                     "-device", f"virtio-net-pci,netdev=link{i},mac={link.mac}"]
+        argv += [
             "-fw_cfg", f"name=opt/zds/admin-token,file={self.token_file}",
             "-display", "none",
             "-chardev", f"file,id=ser0,path={self.serial_log}", "-serial", "chardev:ser0",

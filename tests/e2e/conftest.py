@@ -13,12 +13,15 @@ host ports on 127.0.0.1, and yields an :class:`E2EAppliance`:
                                          a key handed in by fw_cfg as the Vagrant box does
 
 Teardown powers the guest off through the monitor and then by the pidfile PID.
+`booted(image_dir, Boot(...), ...)` does the same for modules that need appliances of
+their own, e.g. two joined by a QEMU socket link (test_replication_pair_e2e.py).
 Hazard: LIO advertises the guest's 10.0.2.15 in iSCSI discovery; connect only to the
 127.0.0.1 ports given here, never to a discovered portal.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -32,7 +35,7 @@ from pathlib import Path
 import pytest
 
 from images import build
-from images.vm import Appliance, Ports, VmError, kvm_works
+from images.vm import Appliance, Ports, SocketLink, VmError, kvm_works
 
 BOOT_TIMEOUT = float(os.environ.get("ZDS_E2E_BOOT_TIMEOUT", "900"))
 
@@ -139,43 +142,75 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def appliance() -> Iterator[E2EAppliance]:
+@dataclass(frozen=True)
+class Boot:
+    """One appliance to boot: its name (state dir, kept serial log) and its VM options."""
+
+    name: str = "appliance"
+    links: tuple[SocketLink, ...] = ()
+    memory_mib: int = 4096
+
+
+@contextlib.contextmanager
+def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
+    """Boots one appliance per ``boots`` from ``image_dir`` (fresh overlay and data disks,
+    random host ports, a fresh SSH key each), all started before any is waited for (a
+    socket link's listening side first), and powers them off afterwards. Serial logs are
+    kept as $ZDS_E2E_KEEP_LOG (default /tmp/zds-e2e-serial.log), or next to it as
+    ``<stem>-<name>.log`` for a name other than "appliance"."""
+    kvm = kvm_works()
+    apps: list[E2EAppliance] = []
+    try:
+        for boot in boots:
+            state = Path(tempfile.mkdtemp(prefix=f"zds-e2e-{boot.name}-"))
+            key = state / "ssh-key"
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
+                            "-f", str(key)], check=True)
+            vm = Appliance(state_dir=state, base_image=image_dir / "zds.raw",
+                           ports=Ports.random_free(), test_control=True,
+                           ssh_port=_free_port(), ssh_authorized_keys=key.with_suffix(".pub"),
+                           links=boot.links, memory_mib=boot.memory_mib)
+            vm.prepare(fresh_system=True, fresh_data=True)
+            apps.append(E2EAppliance(vm=vm, image_dir=image_dir))
+            vm.start(kvm=kvm)
+        t1 = time.monotonic()
+        for boot, app in zip(boots, apps, strict=True):
+            try:
+                app.vm.wait_control(BOOT_TIMEOUT)
+            except VmError as e:
+                tail = app.serial_log.read_bytes().decode(errors="replace").splitlines()[-40:]
+                pytest.fail(f"the {boot.name} did not boot: {e}\n" + "\n".join(tail))
+            t_control = time.monotonic() - t1
+            app.api_healthy = _wait_api(app.vm, BOOT_TIMEOUT - t_control)
+            app.timings = {"boot_to_control_s": round(t_control, 1),
+                           "boot_to_health_s": round(time.monotonic() - t1, 1),
+                           "accel_kvm": float(kvm)}
+        yield apps
+    finally:
+        for boot, app in zip(boots, apps, strict=False):
+            app.vm.stop(timeout=60)
+            log = app.vm.state_dir / "serial.log"
+            keep = Path(os.environ.get("ZDS_E2E_KEEP_LOG", "/tmp/zds-e2e-serial.log"))
+            if boot.name != "appliance":
+                keep = keep.with_name(f"{keep.stem}-{boot.name}{keep.suffix}")
+            if log.exists():
+                shutil.copy(log, keep)
+            shutil.rmtree(app.vm.state_dir, ignore_errors=True)
+
+
+def built_image() -> Path:
+    """The appliance image of this checkout (built, or reused from the cache)."""
     if os.geteuid() != 0:
         pytest.fail("the e2e suite needs root (image build with mmdebstrap, chroot)")
+    return build.build()
+
+
+@pytest.fixture(scope="session")
+def appliance() -> Iterator[E2EAppliance]:
     t0 = time.monotonic()
-    image_dir = build.build()
+    image_dir = built_image()
     t_build = time.monotonic() - t0
-    state = Path(tempfile.mkdtemp(prefix="zds-e2e-"))
-    key = state / "ssh-key"
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
-                    "-f", str(key)], check=True)
-    vm = Appliance(state_dir=state, base_image=image_dir / "zds.raw", ports=Ports.random_free(),
-                   test_control=True, ssh_port=_free_port(),
-                   ssh_authorized_keys=key.with_suffix(".pub"))
-    vm.prepare(fresh_system=True, fresh_data=True)
-    kvm = kvm_works()
-    t1 = time.monotonic()
-    vm.start(kvm=kvm)
-    app = E2EAppliance(vm=vm, image_dir=image_dir)
-    try:
-        try:
-            vm.wait_control(BOOT_TIMEOUT)
-        except VmError as e:
-            tail = vm.serial_log.read_bytes().decode(errors="replace").splitlines()[-40:]
-            pytest.fail(f"the appliance did not boot: {e}\n" + "\n".join(tail))
-        t_control = time.monotonic() - t1
-        app.api_healthy = _wait_api(vm, BOOT_TIMEOUT - t_control)
-        app.timings = {"build_or_reuse_s": round(t_build, 1),
-                       "boot_to_control_s": round(t_control, 1),
-                       "boot_to_health_s": round(time.monotonic() - t1, 1),
-                       "accel_kvm": float(kvm)}
-        print(f"\n[e2e] appliance up: {app.timings}, state {state}")
+    with booted(image_dir, Boot()) as (app,):
+        app.timings = {"build_or_reuse_s": round(t_build, 1), **app.timings}
+        print(f"\n[e2e] appliance up: {app.timings}, state {app.vm.state_dir}")
         yield app
-    finally:
-        vm.stop(timeout=60)
-        log = state / "serial.log"
-        keep = Path(os.environ.get("ZDS_E2E_KEEP_LOG", "/tmp/zds-e2e-serial.log"))
-        if log.exists():
-            shutil.copy(log, keep)
-        shutil.rmtree(state, ignore_errors=True)

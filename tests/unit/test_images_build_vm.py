@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from images import build
-from images.vm import Appliance, Ports
+from images.vm import Appliance, Ports, SocketLink
 
 MADISON = """\
   zfs-dkms | 2.3.2-2~bpo12+2 | http://deb.debian.org/debian bookworm-backports/contrib amd64 P
@@ -81,6 +81,23 @@ def test_ssh_forward_and_keys_only_when_asked(tmp_path: Path) -> None:
     assert f"name=opt/zds/ssh-authorized-keys,file={keys}" in argv
     plain = Appliance(state_dir=tmp_path, base_image=tmp_path / "b").qemu_argv(kvm=False)
     assert not any(f"{a},".count("-:22,") or "ssh-authorized" in a for a in plain)
+
+
+def test_socket_links_stay_on_loopback_and_the_user_network_stays_restricted(
+        tmp_path: Path) -> None:
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b", links=(
+        SocketLink("listen", 41001, "52:54:00:5a:00:01"),
+        SocketLink("connect", 41002, "52:54:00:5a:00:02")))
+    argv = vm.qemu_argv(kvm=False)
+    netdevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-netdev"]
+    assert netdevs[0].startswith("user,id=n0,restrict=on,")
+    assert netdevs[1:] == ["socket,id=link0,listen=127.0.0.1:41001",
+                           "socket,id=link1,connect=127.0.0.1:41002"]
+    assert "virtio-net-pci,netdev=link1,mac=52:54:00:5a:00:02" in argv
+    for bad in (("udp", 1, "52:54:00:5a:00:01"), ("listen", 0, "52:54:00:5a:00:01"),
+                ("listen", 1, "02:00:00:00:00:01")):
+        with pytest.raises(ValueError):
+            SocketLink(*bad)
 
 
 def test_extra_disks_are_sparse_and_outside_the_first_boot_pool(tmp_path: Path) -> None:
