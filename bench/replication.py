@@ -57,6 +57,19 @@ class Bench:
                       "awk -v s=$s -v e=$e 'BEGIN { printf \"T=%.3f\\n\", e - s }'")
         return float(out.strip().splitlines()[-1].split("=", 1)[1])
 
+    def busy(self) -> float:
+        """CPU seconds the guest has been busy since boot, all CPUs together (the first
+        line of /proc/stat: ``cpu  user nice system idle iowait irq softirq steal ...`` in
+        USER_HZ ticks)."""
+        f = [int(x) for x in self.sh("head -1 /proc/stat").split()[1:9]]
+        return (f[0] + f[1] + f[2] + f[5] + f[6] + f[7]) / int(self.sh("getconf CLK_TCK"))
+
+    def timed_cpu(self, cmd: str) -> tuple[float, float]:
+        """(wall seconds, guest CPU seconds) of ``cmd``."""
+        before = self.busy()
+        seconds = self.timed(cmd)
+        return seconds, self.busy() - before
+
     def setup(self, size_mib: int) -> None:
         pools = {p["name"] for p in self.call("GET", "/pools")}
         if "zdsbench" not in pools:
@@ -89,22 +102,83 @@ class Bench:
     def forget_replica(self) -> None:
         self.sh(f"zfs destroy -r zdsbench/replicas/{DS}")
 
+    def plain_ssh(self) -> str:
+        """An ssh command line to 127.0.0.1 as root with a bench-only key that is not
+        forced to the receive gate (it runs any command), for timing the bare stream."""
+        self.sh("mkdir -p -m 700 /root/.ssh && { test -f /root/.ssh/zds-bench || "
+                "ssh-keygen -q -t ed25519 -N '' -C zds-bench -f /root/.ssh/zds-bench; } && "
+                "grep -qf /root/.ssh/zds-bench.pub /root/.ssh/authorized_keys 2>/dev/null || "
+                "cat /root/.ssh/zds-bench.pub >> /root/.ssh/authorized_keys")
+        return ("ssh -T -i /root/.ssh/zds-bench -o BatchMode=yes -o IdentitiesOnly=yes "
+                "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null "
+                "-o LogLevel=ERROR -o Compression=no -o KexAlgorithms=curve25519-sha256")
+
     def cleanup(self) -> None:
         self.call("DELETE", "/replications/bench")
         self.call("DELETE", f"/datastores/{DS}", params={"wait": 300, "force": True})
         self.call("DELETE", "/replication/authorized-keys/bench")
         self.sh("zfs destroy -r zdsbench/local 2>/dev/null; zfs destroy -r zdsbench/replicas "
-                "2>/dev/null; true")
+                "2>/dev/null; sed -i '/ zds-bench$/d' /root/.ssh/authorized_keys 2>/dev/null; "
+                "rm -f /root/.ssh/zds-bench /root/.ssh/zds-bench.pub /root/zds-bench-*.py; true")
 
 
-def measure(bench: Bench, size_mib: int, rounds: int) -> str:
+# OpenSSH 9.2's default first choice, then the AES-GCM ciphers (AES-NI and PCLMULQDQ
+# on any x86 server since 2010)
+CIPHERS = ("chacha20-poly1305@openssh.com", "aes128-gcm@openssh.com", "aes256-gcm@openssh.com")
+
+
+# A TCP hop without encryption: two user-space copiers on 127.0.0.1 (what ssh adds to a
+# local pipe, minus the crypto)
+TCP_RECV = """import shutil, socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 9977))
+s.listen(1)
+shutil.copyfileobj(s.accept()[0].makefile("rb"), sys.stdout.buffer, 1 << 20)
+"""
+TCP_SEND = """import shutil, socket, sys, time
+for _ in range(300):
+    try:
+        s = socket.create_connection(("127.0.0.1", 9977))
+        break
+    except ConnectionRefusedError:
+        time.sleep(0.05)
+f = s.makefile("wb")
+shutil.copyfileobj(sys.stdin.buffer, f, 1 << 20)
+f.close()
+s.close()
+"""
+
+
+def measure(bench: Bench, size_mib: int, rounds: int,
+            ciphers: tuple[str, ...] = CIPHERS) -> str:
     bench.setup(size_mib)
     send = f"zfs send -L -c -e -p {DATASET}@b1"
     local, zds, stream = [], [], []
+    cpu: dict[str, list[float]] = {}
+    by_cipher: dict[str, list[float]] = {c: [] for c in (*ciphers, "tcp")}
+    ssh = bench.plain_ssh() if ciphers else ""
+    for name, script in (("recv", TCP_RECV), ("send", TCP_SEND)):
+        bench.sh(f"cat > /root/zds-bench-{name}.py <<'EOF'\n{script}EOF")
+    transports = {c: f"{ssh} -c {c} 127.0.0.1" for c in ciphers}
     for _ in range(rounds):
-        local.append(bench.timed(f"{send} | zfs receive -s -u zdsbench/local"))
+        t, c = bench.timed_cpu(f"{send} | zfs receive -s -u zdsbench/local")
+        local.append(t)
+        cpu.setdefault("local", []).append(c)
         bench.sh("zfs destroy -r zdsbench/local")
+        for cipher, via in transports.items():  # the bare stream, one cipher at a time
+            t, c = bench.timed_cpu(f"{send} | {via} zfs receive -s -u zdsbench/local")
+            by_cipher[cipher].append(t)
+            cpu.setdefault(cipher, []).append(c)
+            bench.sh("zfs destroy -r zdsbench/local")
+        t, c = bench.timed_cpu("python3 /root/zds-bench-recv.py | zfs receive -s -u "
+                               f"zdsbench/local & {send} | python3 /root/zds-bench-send.py; wait")
+        by_cipher["tcp"].append(t)
+        cpu.setdefault("tcp", []).append(c)
+        bench.sh("zfs destroy -r zdsbench/local")
+        before = bench.busy()
         seconds, result = bench.replicate()
+        cpu.setdefault("zds", []).append(bench.busy() - before)
         zds.append(seconds)
         stream.append(float(result["transfer_seconds"]))
         bench.forget_replica()
@@ -129,19 +203,28 @@ def measure(bench: Bench, size_mib: int, rounds: int) -> str:
     lines = [
         f"# replication bench, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
         f"{size_mib} MiB of random data, {rounds} rounds (medians)",
-        f"{'path':<44} {'seconds':>8} {'MiB/s':>8} {'ratio':>6}",
+        f"{'path':<44} {'seconds':>8} {'MiB/s':>8} {'ratio':>6} {'cpu s':>6}",
         f"{'local zfs send | zfs receive (full)':<44} {statistics.median(local):8.2f} "
-        f"{mbs(statistics.median(local)):8.1f} {1.0:6.2f}",
+        f"{mbs(statistics.median(local)):8.1f} {1.0:6.2f} {statistics.median(cpu['local']):6.1f}",
         f"{'zds replication run over ssh (full)':<44} {statistics.median(zds):8.2f} "
-        f"{mbs(statistics.median(zds)):8.1f} {statistics.median(ratios):6.2f}",
+        f"{mbs(statistics.median(zds)):8.1f} {statistics.median(ratios):6.2f} "
+        f"{statistics.median(cpu['zds']):6.1f}",
         f"{'  of which the stream (send | ssh | receive)':<44} "
         f"{statistics.median(stream):8.2f} {mbs(statistics.median(stream)):8.1f} "
         f"{statistics.median(stream_ratios):6.2f}",
+        *(f"{('  plain ssh -c ' + c.split('@')[0]) if c != 'tcp' else '  tcp, no encryption':<44} "
+          f"{statistics.median(t):8.2f} {mbs(statistics.median(t)):8.1f} "
+          f"{statistics.median([lo / x for lo, x in zip(local, t, strict=True)]):6.2f} "
+          f"{statistics.median(cpu[c]):6.1f}"
+          for c, t in by_cipher.items()),
         f"{'local zfs send -I | receive (1% change)':<44} {t_local_incr:8.2f}",
         f"{'zds replication run (1% change)':<44} {t_incr:8.2f}"
         f"  ({incr['bytes'] / MiB:.1f} MiB sent)",
         f"rounds: local {[round(x, 2) for x in local]}, zds {[round(x, 2) for x in zds]}, "
         f"stream {[round(x, 2) for x in stream]}; {nbytes} bytes per full stream",
+        *(f"  {c}: {[round(x, 2) for x in t]}" for c, t in by_cipher.items()),
+        "cpu s: guest CPU seconds busy during the path, all vCPUs "
+        f"({bench.sh('nproc').strip()}) together",
     ]
     return "\n".join(lines)
 
@@ -152,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=256, help="MiB of random data")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", help="also write the table to this file")
+    ap.add_argument("--ciphers", default=",".join(CIPHERS),
+                    help="SSH ciphers to time the bare stream with ('' for none)")
     args = ap.parse_args(argv)
 
     from images import build
@@ -166,7 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         vm.wait_control(900)
         vm.wait_healthy(900)
-        table = measure(Bench(vm.exec, vm.api_url, vm.admin_token()), args.size, args.rounds)
+        table = measure(Bench(vm.exec, vm.api_url, vm.admin_token()), args.size, args.rounds,
+                        tuple(c for c in args.ciphers.split(",") if c))
     finally:
         vm.stop(timeout=60)
     print(table)
