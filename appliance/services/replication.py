@@ -582,12 +582,14 @@ class ReplicationService:
         sent, moved = 0, 0.0
         state: TargetState | None = None
         source: builtins.list[SnapRef] = []
+        marks: builtins.list[SnapRef] = []
         for _ in range(MAX_STEPS):
             job.check_cancelled()
             state = first or zsend.target_state(endpoint, spec.target.dataset)
             first = None
             source = _refs(zfs.list_snapshots(dataset))
-            step = planner.plan(dataset, source, zsend.bookmarks(dataset), state, spec.raw)
+            marks = zsend.bookmarks(dataset)
+            step = planner.plan(dataset, source, marks, state, spec.raw)
             if step.kind == "up_to_date":
                 break
             assert step.send is not None
@@ -624,12 +626,17 @@ class ReplicationService:
             sent += stats.bytes
             moved += stats.seconds
             steps.append(f"{step.kind}: {step.send.describe()} ({stats.bytes} bytes)")
+            if step.kind != "resume" and step.send.snapshot == source[-1].name:
+                # the target now holds the newest snapshot planned for: asking it again
+                # costs a command through SSH and the gate (a snapshot taken meanwhile
+                # goes with the next run)
+                break
         else:
             raise Unavailable(f"replication {spec.name} did not reach the newest snapshot in "
                               f"{MAX_STEPS} steps: {'; '.join(steps)}")
         assert state is not None
         newest = source[-1]
-        self._set_cursor(spec.name, dataset, source, newest)
+        self._set_cursor(spec.name, dataset, source, newest, marks)
         return {"bytes": sent, "steps": steps, "snapshot": newest.short,
                 "snapshot_created": newest.creation, "target": spec.target.dataset,
                 "resumed": any(s.startswith("resume") for s in steps),
@@ -650,14 +657,14 @@ class ReplicationService:
         return ReceiveSpec(spec.target.dataset, props, exclude)
 
     def _set_cursor(self, name: str, dataset: str, source: Sequence[SnapRef],
-                    newest: SnapRef) -> None:
+                    newest: SnapRef, marks: Sequence[SnapRef]) -> None:
         """Hold the newest sent snapshot, bookmark it, release the older cursor, prune
-        the snapshots this replication took itself."""
+        the snapshots this replication took itself. ``marks``: the dataset's bookmarks as
+        the run planned with them (only this replication changes its own)."""
         zsend, tag = self.zsend, hold_tag(name)
         with self.ctx.lock.hold(f"replication {name}: cursor", timeout=JOB_LOCK_WAIT):
             zsend.hold(newest.name, tag)
             mark = f"{dataset}#{bookmark_prefix(name)}{newest.createtxg}"
-            marks = zsend.bookmarks(dataset)
             if all(b.name != mark for b in marks):
                 zsend.bookmark(newest.name, mark)
             for b in marks:

@@ -150,6 +150,35 @@ def test_full_then_incremental_run_keeps_the_replica_equal(pair: tuple[Box, Box]
     assert rec is not None and src.ssh.closed == [rec.spec.target.endpoint] * 2
 
 
+def test_a_run_asks_the_target_before_each_step_and_not_after_the_last(
+        pair: tuple[Box, Box], monkeypatch: pytest.MonkeyPatch) -> None:
+    src, dst = pair
+    ds = nfs(src)
+    src.zfs.write(ds, 20 * MiB, content="v1")
+    src.engine.snapshots.create("nfs01", "older")  # the full goes first, then -I
+    put(src)
+    zsend = src.engine.replication.zsend
+    asked: list[str] = []
+    real = zsend.target_state
+
+    def counted(endpoint: Any, dataset: str) -> Any:
+        asked.append(dataset)
+        return real(endpoint, dataset)
+
+    monkeypatch.setattr(zsend, "target_state", counted)
+    first = ok(run(src))
+    assert [s.split(":")[0] for s in first["steps"]] == ["full", "incremental"], first
+    assert len(asked) == 2, asked  # before each step; the last step ends the run
+    replica = f"{PREFIX}/nfs01"
+    assert snaps(dst.zfs, replica) == snaps(src.zfs, ds)
+    asked.clear()
+    src.zfs.write(ds, 20 * MiB, changed=1 * MiB, content="v2")
+    second = ok(run(src))
+    assert second["steps"][0].startswith("incremental") and len(asked) == 1, asked
+    assert content(dst.zfs, replica) == "v2"
+    assert snaps(dst.zfs, replica)[-1] == snaps(src.zfs, ds)[-1]
+
+
 def test_cursor_holds_one_snapshot_and_prunes_its_own(pair: tuple[Box, Box]) -> None:
     src, _ = pair
     ds = nfs(src)
