@@ -156,7 +156,8 @@ def measure(bench: Bench, size_mib: int, rounds: int,
     send = f"zfs send -L -c -e -p {DATASET}@b1"
     local, zds, stream = [], [], []
     cpu: dict[str, list[float]] = {}
-    by_cipher: dict[str, list[float]] = {c: [] for c in (*ciphers, "tcp")}
+    # wall seconds of the bare stream per hop: each ssh cipher, and "tcp" (no encryption)
+    by_hop: dict[str, list[float]] = {c: [] for c in (*ciphers, "tcp")}
     ssh = bench.plain_ssh() if ciphers else ""
     for name, script in (("recv", TCP_RECV), ("send", TCP_SEND)):
         bench.sh(f"cat > /root/zds-bench-{name}.py <<'EOF'\n{script}EOF")
@@ -168,12 +169,12 @@ def measure(bench: Bench, size_mib: int, rounds: int,
         bench.sh("zfs destroy -r zdsbench/local")
         for cipher, via in transports.items():  # the bare stream, one cipher at a time
             t, c = bench.timed_cpu(f"{send} | {via} zfs receive -s -u zdsbench/local")
-            by_cipher[cipher].append(t)
+            by_hop[cipher].append(t)
             cpu.setdefault(cipher, []).append(c)
             bench.sh("zfs destroy -r zdsbench/local")
         t, c = bench.timed_cpu("python3 /root/zds-bench-recv.py | zfs receive -s -u "
                                f"zdsbench/local & {send} | python3 /root/zds-bench-send.py; wait")
-        by_cipher["tcp"].append(t)
+        by_hop["tcp"].append(t)
         cpu.setdefault("tcp", []).append(c)
         bench.sh("zfs destroy -r zdsbench/local")
         before = bench.busy()
@@ -216,13 +217,13 @@ def measure(bench: Bench, size_mib: int, rounds: int,
           f"{statistics.median(t):8.2f} {mbs(statistics.median(t)):8.1f} "
           f"{statistics.median([lo / x for lo, x in zip(local, t, strict=True)]):6.2f} "
           f"{statistics.median(cpu[c]):6.1f}"
-          for c, t in by_cipher.items()),
+          for c, t in by_hop.items()),
         f"{'local zfs send -I | receive (1% change)':<44} {t_local_incr:8.2f}",
         f"{'zds replication run (1% change)':<44} {t_incr:8.2f}"
         f"  ({incr['bytes'] / MiB:.1f} MiB sent)",
         f"rounds: local {[round(x, 2) for x in local]}, zds {[round(x, 2) for x in zds]}, "
         f"stream {[round(x, 2) for x in stream]}; {nbytes} bytes per full stream",
-        *(f"  {c}: {[round(x, 2) for x in t]}" for c, t in by_cipher.items()),
+        *(f"  {c}: {[round(x, 2) for x in t]}" for c, t in by_hop.items()),
         "cpu s: guest CPU seconds busy during the path, all vCPUs "
         f"({bench.sh('nproc').strip()}) together",
     ]
