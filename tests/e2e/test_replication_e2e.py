@@ -21,6 +21,7 @@ import pytest
 
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
+from tests.e2e.replicas import newest_snapshot, replica_sha, run, sha_in_guest, succeeded
 from tests.e2e.rest import api_client, ok
 
 pytestmark = [
@@ -56,49 +57,6 @@ def refused(resp: httpx.Response, status: int, code: str) -> str:
     body = resp.json()["error"]
     assert body["code"] == code, body
     return str(body["message"])
-
-
-def run(api: httpx.Client, name: str) -> dict[str, Any]:
-    job = ok(api.post(f"/replications/{name}/run", params={"wait": 600}), 202)
-    assert job["state"] in ("succeeded", "failed", "cancelled"), job
-    return dict(job)
-
-
-def succeeded(job: dict[str, Any]) -> dict[str, Any]:
-    assert job["state"] == "succeeded", job
-    return dict(job["result"])
-
-
-def sha_in_guest(appliance: E2EAppliance, path: str, nbytes: int | None = None) -> str:
-    cmd = f"head -c {nbytes} {path}" if nbytes else f"cat {path}"
-    return appliance.check(f"{cmd} | sha256sum").split()[0]
-
-
-def newest_snapshot(appliance: E2EAppliance, dataset: str) -> str:
-    return appliance.check(f"zfs list -H -o name -t snapshot -s createtxg -d 1 {dataset} "
-                           "| tail -1").strip()
-
-
-def replica_file_sha(appliance: E2EAppliance, dataset: str, name: str) -> str:
-    """The file's sha256 in the replica's newest snapshot (a throw-away clone: the
-    replica itself stays unmounted and untouched)."""
-    snap = newest_snapshot(appliance, dataset)
-    appliance.check(f"zfs clone -o mountpoint=/mnt/zds-chk {snap} tank2/zds-chk")
-    try:
-        return sha_in_guest(appliance, f"/mnt/zds-chk/{name}")
-    finally:
-        appliance.check("zfs destroy tank2/zds-chk")
-
-
-def replica_lun_sha(appliance: E2EAppliance, dataset: str, nbytes: int) -> str:
-    snap = newest_snapshot(appliance, dataset)
-    appliance.check(f"zfs clone {snap} tank2/zds-chklun && udevadm settle && "
-                    "for i in $(seq 30); do [ -b /dev/zvol/tank2/zds-chklun ] && break; "
-                    "sleep 1; done")
-    try:
-        return sha_in_guest(appliance, "/dev/zvol/tank2/zds-chklun", nbytes)
-    finally:
-        appliance.check("sleep 1; zfs destroy tank2/zds-chklun")
 
 
 def test_1_second_pool_and_key_exchange(appliance: E2EAppliance, api: httpx.Client) -> None:
@@ -143,7 +101,7 @@ def test_2_nfs_full_then_incremental(appliance: E2EAppliance, api: httpx.Client)
     t_full = time.monotonic() - t0
     assert full["steps"][0].startswith("full") and full["bytes"] >= 24 * MiB, full
     want = sha_in_guest(appliance, "/tank/datastores/rnfs/disk1.img")
-    assert replica_file_sha(appliance, f"{REPLICAS}/rnfs", "disk1.img") == want
+    assert replica_sha(appliance, f"{REPLICAS}/rnfs", file="disk1.img") == want
     props = appliance.check(f"zfs get -H -o value readonly,mounted,zds:replication "
                             f"{REPLICAS}/rnfs").split()
     assert props == ["on", "no", "r-nfs"], props
@@ -156,7 +114,7 @@ def test_2_nfs_full_then_incremental(appliance: E2EAppliance, api: httpx.Client)
     t_incr = time.monotonic() - t0
     assert incr["steps"][0].startswith("incremental") and incr["bytes"] < 2 * MiB, incr
     want = sha_in_guest(appliance, "/tank/datastores/rnfs/disk1.img")
-    assert replica_file_sha(appliance, f"{REPLICAS}/rnfs", "disk1.img") == want
+    assert replica_sha(appliance, f"{REPLICAS}/rnfs", file="disk1.img") == want
     st = ok(api.get("/replications/r-nfs"))["outgoing"]["status"]
     assert st["state"] == "ok" and st["runs"] == 2 and st["lag_seconds"] < 600, st
     assert st["total_bytes"] == full["bytes"] + incr["bytes"]
@@ -206,7 +164,7 @@ def test_3_receive_killed_mid_stream_resumes(appliance: E2EAppliance,
     resumed_bytes = int(result["steps"][0].rsplit("(", 1)[1].split()[0])
     assert resumed_bytes < 40 * MiB, result  # the rest, not the whole stream again
     for name in ("disk1.img", "disk2.img"):
-        assert replica_file_sha(appliance, f"{REPLICAS}/rnfs", name) == sha_in_guest(
+        assert replica_sha(appliance, f"{REPLICAS}/rnfs", file=name) == sha_in_guest(
             appliance, f"/tank/datastores/rnfs/{name}")
     assert not ok(api.get("/replications/r-nfs"))["incoming"]["resume_pending"]
     print(f"\n[e2e] resumed {resumed_bytes} B of a 40 MiB stream in "
@@ -222,14 +180,14 @@ def test_4_iscsi_full_then_incremental(appliance: E2EAppliance, api: httpx.Clien
         "datastore": "rlun", "target": {"host": "127.0.0.1", "dataset": f"{REPLICAS}/rlun",
                                         "host_key": state["host_key"]}}), 201)
     succeeded(run(api, "r-lun"))
-    assert replica_lun_sha(appliance, f"{REPLICAS}/rlun", 16 * MiB) == sha_in_guest(
+    assert replica_sha(appliance, f"{REPLICAS}/rlun", nbytes=16 * MiB) == sha_in_guest(
         appliance, dev, 16 * MiB)
     appliance.check(f"dd if=/dev/urandom of={dev} bs=1M count=1 seek=4 oflag=direct "
                     "conv=notrunc status=none")
     incr = succeeded(run(api, "r-lun"))
     assert incr["steps"][0].startswith("incremental") and incr["bytes"] < 3 * MiB, incr
     want = sha_in_guest(appliance, dev, 16 * MiB)
-    assert replica_lun_sha(appliance, f"{REPLICAS}/rlun", 16 * MiB) == want
+    assert replica_sha(appliance, f"{REPLICAS}/rlun", nbytes=16 * MiB) == want
     state.update(lun_sha=want, wwn=d["iscsi"]["wwn"])
 
 
@@ -262,7 +220,7 @@ def test_4b_a_policy_run_replicates_its_snapshot(appliance: E2EAppliance,
     policy_snap = newest_snapshot(appliance, "tank/datastores/rnfs").split("@", 1)[1]
     assert policy_snap.startswith("p-repl-"), policy_snap
     assert newest_snapshot(appliance, f"{REPLICAS}/rnfs").endswith("@" + policy_snap)
-    assert replica_file_sha(appliance, f"{REPLICAS}/rnfs", "disk3.img") == sha_in_guest(
+    assert replica_sha(appliance, f"{REPLICAS}/rnfs", file="disk3.img") == sha_in_guest(
         appliance, "/tank/datastores/rnfs/disk3.img")
     print(f"\n[e2e] policy run + the replication it started: {time.monotonic() - t0:.1f} s")
     ok(api.delete("/snapshot-policies/p-repl"), 204)

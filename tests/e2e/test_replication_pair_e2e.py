@@ -25,6 +25,7 @@ import pytest
 from images.vm import SocketLink
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import Boot, E2EAppliance, booted, built_image
+from tests.e2e.replicas import replica_sha, run, sha_in_guest, succeeded
 from tests.e2e.rest import api_client, ok
 
 pytestmark = [
@@ -97,40 +98,6 @@ for i in $(seq 60); do ip -4 -o addr show | grep -q ' {address}/' && exit 0; sle
 ip addr; exit 1""", timeout=90)
 
 
-def run(api: httpx.Client, name: str) -> dict[str, Any]:
-    job = ok(api.post(f"/replications/{name}/run", params={"wait": 600}), 202)
-    assert job["state"] == "succeeded", job
-    return dict(job["result"])
-
-
-def sha(app: E2EAppliance, path: str, nbytes: int | None = None) -> str:
-    cmd = f"head -c {nbytes} {path}" if nbytes else f"cat {path}"
-    return app.check(f"{cmd} | sha256sum").split()[0]
-
-
-def newest_snapshot(app: E2EAppliance, dataset: str) -> str:
-    return app.check(f"zfs list -H -o name -t snapshot -s createtxg -d 1 {dataset} "
-                     "| tail -1").strip()
-
-
-def replica_sha(target: E2EAppliance, dataset: str, *, file: str | None = None,
-                nbytes: int | None = None) -> str:
-    """sha256 of a file (NFS) or the first ``nbytes`` (LUN) in the replica's newest
-    snapshot, read from a throw-away clone: the replica itself stays untouched."""
-    snap = newest_snapshot(target, dataset)
-    if file is not None:
-        target.check(f"zfs clone -o mountpoint=/mnt/zds-chk {snap} tank/zds-chk")
-        path = f"/mnt/zds-chk/{file}"
-    else:
-        target.check(f"zfs clone {snap} tank/zds-chk && udevadm settle && for i in "
-                     "$(seq 30); do [ -b /dev/zvol/tank/zds-chk ] && break; sleep 1; done")
-        path = "/dev/zvol/tank/zds-chk"
-    try:
-        return sha(target, path, nbytes)
-    finally:
-        target.check("sleep 1; zfs destroy tank/zds-chk")
-
-
 def test_1_link_and_key_exchange(source: E2EAppliance, target: E2EAppliance,
                                  src_api: httpx.Client, tgt_api: httpx.Client) -> None:
     link_address(target, TARGET_MAC, TARGET_IP)
@@ -161,19 +128,19 @@ def test_2_nfs_full_then_incremental_over_the_link(
     check = ok(src_api.post("/replications/p-nfs/check"))
     assert not check["exists"] and check["host_key"] == state["host_key"], check
     t0 = time.monotonic()
-    full = run(src_api, "p-nfs")
+    full = succeeded(run(src_api, "p-nfs"))
     t_full = time.monotonic() - t0
     assert full["steps"][0].startswith("full") and full["bytes"] >= 48 * MiB, full
-    want = sha(source, "/tank/datastores/pnfs/disk1.img")
+    want = sha_in_guest(source, "/tank/datastores/pnfs/disk1.img")
     assert replica_sha(target, f"{REPLICAS}/pnfs", file="disk1.img") == want
     # about 1% changes
     source.check("dd if=/dev/urandom of=/tank/datastores/pnfs/disk1.img bs=64K count=8 "
                  "seek=100 conv=notrunc status=none && sync")
     t0 = time.monotonic()
-    incr = run(src_api, "p-nfs")
+    incr = succeeded(run(src_api, "p-nfs"))
     t_incr = time.monotonic() - t0
     assert incr["steps"][0].startswith("incremental") and incr["bytes"] < 2 * MiB, incr
-    want = sha(source, "/tank/datastores/pnfs/disk1.img")
+    want = sha_in_guest(source, "/tank/datastores/pnfs/disk1.img")
     assert replica_sha(target, f"{REPLICAS}/pnfs", file="disk1.img") == want
     # the target's sshd saw the source's link address: the stream went over the link
     assert SOURCE_IP in target.check("journalctl -u ssh --no-pager -o cat | "
@@ -193,14 +160,14 @@ def test_3_iscsi_full_then_incremental_over_the_link(
     ok(src_api.put("/replications/p-lun", json={
         "datastore": "plun", "target": {"host": TARGET_IP, "dataset": f"{REPLICAS}/plun",
                                         "host_key": state["host_key"]}}), 201)
-    run(src_api, "p-lun")
-    assert replica_sha(target, f"{REPLICAS}/plun", nbytes=16 * MiB) == sha(source, dev,
-                                                                           16 * MiB)
+    succeeded(run(src_api, "p-lun"))
+    assert replica_sha(target, f"{REPLICAS}/plun", nbytes=16 * MiB) == sha_in_guest(
+        source, dev, 16 * MiB)
     source.check(f"dd if=/dev/urandom of={dev} bs=1M count=1 seek=4 oflag=direct "
                  "conv=notrunc status=none")
-    incr = run(src_api, "p-lun")
+    incr = succeeded(run(src_api, "p-lun"))
     assert incr["steps"][0].startswith("incremental") and incr["bytes"] < 3 * MiB, incr
-    want = sha(source, dev, 16 * MiB)
+    want = sha_in_guest(source, dev, 16 * MiB)
     assert replica_sha(target, f"{REPLICAS}/plun", nbytes=16 * MiB) == want
     state.update(lun_sha=want, wwn=lun["iscsi"]["wwn"], iqn=lun["iscsi"]["iqn"])
 
@@ -233,14 +200,14 @@ def test_4_stream_cut_on_the_link_resumes(source: E2EAppliance, target: E2EAppli
     assert incoming["p-nfs"]["incoming"]["resume_pending"], incoming
 
     ok(src_api.put("/replications/p-nfs", json={**body, "bandwidth_limit": None}))
-    result = run(src_api, "p-nfs")
+    result = succeeded(run(src_api, "p-nfs"))
     assert result["resumed"] and result["steps"][0].startswith("resume"), result
     resumed = int(result["steps"][0].rsplit("(", 1)[1].split()[0])
     assert resumed < 40 * MiB, result  # the rest, not the whole stream again
     for name in ("disk1.img", "disk2.img"):
-        assert replica_sha(target, f"{REPLICAS}/pnfs", file=name) == sha(
+        assert replica_sha(target, f"{REPLICAS}/pnfs", file=name) == sha_in_guest(
             source, f"/tank/datastores/pnfs/{name}")
-    state["nfs_sha"] = sha(source, "/tank/datastores/pnfs/disk1.img")
+    state["nfs_sha"] = sha_in_guest(source, "/tank/datastores/pnfs/disk1.img")
     print(f"\n[e2e] pair: resumed the last {resumed} B of the stream")
 
 
