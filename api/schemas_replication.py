@@ -63,6 +63,12 @@ class ReplicationPut(s.Strict):
     bandwidth_limit: int | str | None = Field(default=None, description="bytes/s, or 50M",
                                               examples=["50M"])
     enabled: bool = True
+    transport: Literal["ssh", "ssh+tcp"] = Field(default="ssh", description=(
+        "ssh: the stream goes through SSH, encrypted. ssh+tcp (a ZDS target only): SSH "
+        "for the commands and a one-time token, the stream over plain TCP to a port "
+        "29100-29199 of the target (no NAT between them): for a trusted replication "
+        "link where SSH's encryption is the bottleneck; the data is not encrypted on "
+        "the wire"))
 
 
 class ErrorOut(BaseModel):
@@ -111,6 +117,7 @@ class OutgoingOut(BaseModel):
     raw: bool
     bandwidth_limit: int | None
     enabled: bool
+    transport: Literal["ssh", "ssh+tcp"]
     status: StatusOut
 
 
@@ -209,7 +216,8 @@ def request(body: ReplicationPut) -> ReplicationRequest:
                              host_key=t.host_key),
         interval=body.interval, after_snapshot_policy=body.after_snapshot_policy,
         take_snapshot=body.take_snapshot, raw=body.raw,
-        bandwidth_limit=body.bandwidth_limit, enabled=body.enabled)
+        bandwidth_limit=body.bandwidth_limit, enabled=body.enabled,
+        transport=body.transport)
 
 
 def promote_request(body: PromoteBody) -> PromoteRequest:
@@ -235,7 +243,7 @@ def _outgoing(v: OutgoingView) -> OutgoingOut:
                          dataset=spec.target.dataset, host_key=v.host_key),
         interval=spec.interval, after_snapshot_policy=spec.after_snapshot_policy,
         take_snapshot=spec.take_snapshot, raw=spec.raw, bandwidth_limit=spec.bandwidth_limit,
-        enabled=spec.enabled,
+        enabled=spec.enabled, transport=spec.transport,
         status=StatusOut(
             state=st.state, job_id=st.job_id, last_run=st.last_run,
             last_finished=st.last_finished, last_success=st.last_success,

@@ -50,7 +50,8 @@ def cmd_replication(args: argparse.Namespace) -> int:
             "datastore": args.datastore, "target": target, "interval": args.interval,
             "after_snapshot_policy": args.after_snapshot_policy,
             "take_snapshot": not args.no_snapshot, "raw": args.raw,
-            "bandwidth_limit": args.bwlimit, "enabled": not args.disabled}
+            "bandwidth_limit": args.bwlimit, "enabled": not args.disabled,
+            "transport": args.transport}
         out(args, c.call("PUT", f"/replications/{args.name}", body),
             lambda d: table(_status_rows([d]), cols))
     elif cmd == "delete":
@@ -116,6 +117,8 @@ def register(sub: Any) -> None:
                      help="send the newest existing snapshot instead of taking one")
     put.add_argument("--raw", action="store_true", help="zfs send -w (encrypted datasets)")
     put.add_argument("--bwlimit", help="bytes/s, e.g. 50M")
+    put.add_argument("--transport", choices=["ssh", "ssh+tcp"], default="ssh",
+                     help="ssh+tcp: the stream over plain TCP (trusted links, ZDS targets)")
     put.add_argument("--disabled", action="store_true")
     pr = rsub.add_parser("promote", help="on the target: serve the replica as a datastore")
     pr.add_argument("name")

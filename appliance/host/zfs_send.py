@@ -14,7 +14,17 @@ same behaviour by ``appliance.host.contract.zfs_send_checks``. Error contract:
   ``receive -s`` the target keeps what arrived and ``TargetState.resume_token`` says where
   to resume; a resume whose source snapshot is gone -> :class:`StaleResume`;
 - ``cancel`` set during a transfer -> :class:`TransferCancelled` (also resumable);
-- SSH failures -> the errors of :mod:`appliance.host.ssh`.
+- SSH failures -> the errors of :mod:`appliance.host.ssh`; with the ``ssh+tcp`` transport,
+  a data port the source cannot reach -> ``TargetUnreachable`` (a firewall, or NAT
+  between the two).
+
+Transports: ``ssh`` (the default) sends the stream through the SSH channel, encrypted.
+``ssh+tcp`` (a ZDS target only: its receive gate's ``via-tcp``) keeps SSH for the
+commands and the handshake but sends the stream over a plain TCP connection that the
+target accepts once, from the SSH client's address, after a one-time token that went
+through SSH: for a trusted replication link where SSH's encryption is the bottleneck
+(the stream is not encrypted or authenticated on the wire; ``raw`` sends of encrypted
+datasets stay encrypted).
 
 OpenZFS features used, and why: ``send -L -c -e`` (compressed, large-block, embedded:
 lz4 data crosses the wire as it is stored) or ``-w`` (raw: encrypted datasets stay
@@ -31,13 +41,15 @@ import contextlib
 import errno
 import os
 import re
+import selectors
 import signal
+import socket
 import subprocess
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Literal, Protocol
 
 from appliance.errors import (
     Conflict,
@@ -49,10 +61,14 @@ from appliance.errors import (
     ZdsError,
 )
 from appliance.host.run import CommandError, CommandResult, Runner
-from appliance.host.ssh import Endpoint, OpenSsh, classify_ssh_error
+from appliance.host.ssh import Endpoint, OpenSsh, TargetUnreachable, classify_ssh_error
+from appliance.host.sshgate import DATA_PORTS, VIA_TCP
 from appliance.host.zfs import classify_error
 
 MiB = 1 << 20
+
+Transport = Literal["ssh", "ssh+tcp"]
+TRANSPORTS: tuple[Transport, ...] = ("ssh", "ssh+tcp")
 
 
 class Diverged(Conflict):
@@ -214,9 +230,11 @@ class ZfsSendHost(Protocol):
 
     def transfer(self, send: SendSpec, endpoint: Endpoint, receive: ReceiveSpec, *,
                  rate_limit: int | None = None, progress: Progress | None = None,
-                 cancel: threading.Event | None = None) -> TransferStats:
+                 cancel: threading.Event | None = None,
+                 transport: Transport = "ssh") -> TransferStats:
         """Streams ``send`` into ``receive`` on ``endpoint``; ``rate_limit`` in bytes/s;
-        ``progress(bytes so far)`` about once a second."""
+        ``progress(bytes so far)`` about once a second; ``transport`` as in the module's
+        docstring (a local endpoint always uses a pipe)."""
 
     # -- the target's promote ------------------------------------------------------------
     def rename(self, old: str, new: str) -> None:
@@ -292,6 +310,7 @@ _STALE = ("no longer exists", "no longer the same snapshot", "used in the initia
           "kernel modules must be upgraded to receive this stream")
 _CUT = ("failed to read from stream", "invalid backup stream", "checksum mismatch",
         "broken pipe", "connection closed", "connection reset", "unexpected end",
+        "closed by remote host",
         "signal", "killed")
 
 
@@ -427,13 +446,17 @@ class ZfsSend:
 
     def transfer(self, send: SendSpec, endpoint: Endpoint, receive: ReceiveSpec, *,
                  rate_limit: int | None = None, progress: Progress | None = None,
-                 cancel: threading.Event | None = None) -> TransferStats:
+                 cancel: threading.Event | None = None,
+                 transport: Transport = "ssh") -> TransferStats:
+        if transport not in TRANSPORTS:
+            raise InvalidInput(f"unknown transport {transport!r}")
+        via_tcp = transport == "ssh+tcp" and not endpoint.local
         send_argv = [self.zfs, *send.args()]
         recv_cmd = [self.zfs if endpoint.local else "zfs", *receive.args()]
-        recv_argv = self.ssh.argv(endpoint, recv_cmd)
+        recv_argv = self.ssh.argv(endpoint, [VIA_TCP, *recv_cmd] if via_tcp else recv_cmd)
         cancel = cancel or threading.Event()
         pipe = _Pipeline(send_argv, recv_argv, self.CHUNK, rate_limit, progress,
-                         self.REPORT_EVERY)
+                         self.REPORT_EVERY, data_host=endpoint.host if via_tcp else None)
         started = time.monotonic()
         pipe.run(cancel)
         seconds = time.monotonic() - started
@@ -483,12 +506,18 @@ def _is_cut(stderr: str) -> bool:
 
 class _Pipeline:
     """``send | receive`` with the bytes pumped (spliced, no copy into Python) by a
-    thread that counts them, limits the rate and reports progress."""
+    thread that counts them, limits the rate and reports progress. With ``data_host``
+    (ssh+tcp) the pump writes into a TCP connection to the port the receive side names
+    on its first line of output, instead of into the receive side's stdin."""
 
     CANCEL_GRACE = 60.0  # seconds a cancelled receive may take to save its partial state
+    HANDSHAKE_TIMEOUT = 120.0  # ssh connect + the gate's start (seconds under emulation)
+    CONNECT_TIMEOUT = 20.0
+    USER_TIMEOUT_MS = 120_000  # unacknowledged data for this long: the link is dead
 
     def __init__(self, send_argv: list[str], recv_argv: list[str], chunk: int,
-                 rate_limit: int | None, progress: Progress | None, every: float) -> None:
+                 rate_limit: int | None, progress: Progress | None, every: float,
+                 data_host: str | None = None) -> None:
         self.send_argv = send_argv
         self.recv_argv = recv_argv
         self.chunk = chunk if not rate_limit else max(16 << 10, min(chunk, rate_limit // 4))
@@ -500,6 +529,8 @@ class _Pipeline:
                                             "out": bytearray()}
         self._procs: list[subprocess.Popen[bytes]] = []
         self._codes: list[int] = [0, 0]
+        self.data_host = data_host
+        self._sock: socket.socket | None = None
 
     def _start(self, argv: list[str], stdin: int | None) -> subprocess.Popen[bytes]:
         try:
@@ -511,12 +542,23 @@ class _Pipeline:
     def run(self, cancel: threading.Event) -> None:
         sender = self._start(self.send_argv, subprocess.DEVNULL)
         try:
-            receiver = self._start(self.recv_argv, subprocess.PIPE)
+            receiver = self._start(self.recv_argv, subprocess.DEVNULL if self.data_host
+                                   else subprocess.PIPE)
         except ZdsError:
             self._kill(sender)
             sender.wait()
             raise
         self._procs = [sender, receiver]
+        if self.data_host:
+            try:
+                self._sock = self._connect(receiver)
+            except ZdsError:
+                for p in self._procs:
+                    self._kill(p)
+                    p.wait()
+                raise
+            if self._sock is None:  # the receive side ended first: its stderr says why
+                self._kill(sender)
         readers = [threading.Thread(target=self._drain, args=(p.stderr, self._errs[k]),
                                     daemon=True)
                    for p, k in ((sender, "send"), (receiver, "recv"))]
@@ -535,6 +577,11 @@ class _Pipeline:
             pump.join(0.2)
             if cancel.is_set():
                 self._kill(sender)
+            if self._sock is not None and receiver.poll() is not None:
+                # the SSH side is gone (link cut, session killed): stop feeding the
+                # data connection, so the receive there ends and keeps what arrived
+                with contextlib.suppress(OSError):
+                    self._sock.shutdown(socket.SHUT_RDWR)
         grace: float | None = None
         for i, p in enumerate(self._procs):
             while True:
@@ -549,6 +596,50 @@ class _Pipeline:
                         self._kill(p)
         for t in readers:
             t.join(5)
+
+    def _connect(self, receiver: subprocess.Popen[bytes]) -> socket.socket | None:
+        """Reads the gate's ``zds-tcp PORT TOKEN`` line from the receive side's stdout,
+        connects to ``data_host:PORT`` and sends the token. None if the receive side
+        ended before it said where (refused, unreachable: its stderr says why)."""
+        assert receiver.stdout is not None and self.data_host is not None
+        fd = receiver.stdout.fileno()
+        line = b""
+        deadline = time.monotonic() + self.HANDSHAKE_TIMEOUT
+        with selectors.DefaultSelector() as sel:
+            sel.register(fd, selectors.EVENT_READ)
+            while b"\n" not in line:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TargetUnreachable(
+                        f"the receive gate on {self.data_host} did not name a data port "
+                        f"within {self.HANDSHAKE_TIMEOUT:.0f} s")
+                if not sel.select(min(left, 1.0)):
+                    continue
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    return None
+                line += chunk
+        first, _, rest = line.partition(b"\n")
+        self._errs["out"].extend(rest)
+        m = re.fullmatch(rb"zds-tcp (\d{1,5}) ([0-9a-f]{32})", first.strip())
+        if not m:
+            raise TargetUnreachable(
+                f"{self.data_host} does not speak ssh+tcp (its receive gate said "
+                f"{first[:80]!r}): it needs a ZDS target, or use the ssh transport")
+        port, token = int(m.group(1)), bytes.fromhex(m.group(2).decode())
+        try:
+            sock = socket.create_connection((self.data_host, port),
+                                            timeout=self.CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise TargetUnreachable(
+                f"cannot open the ssh+tcp data connection to {self.data_host}:{port} "
+                f"({exc.strerror or exc}): open TCP ports {DATA_PORTS} there to this "
+                "appliance, with no NAT between them, or use the ssh transport") from exc
+        sock.settimeout(None)
+        if hasattr(socket, "TCP_USER_TIMEOUT"):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT, self.USER_TIMEOUT_MS)
+        sock.sendall(token)
+        return sock
 
     @staticmethod
     def _drain(stream: object, into: bytearray) -> None:
@@ -570,8 +661,15 @@ class _Pipeline:
 
     def _pump(self, sender: subprocess.Popen[bytes], receiver: subprocess.Popen[bytes],
               cancel: threading.Event) -> None:
-        assert sender.stdout is not None and receiver.stdin is not None
-        src, dst = sender.stdout.fileno(), receiver.stdin.fileno()
+        assert sender.stdout is not None
+        if self._sock is not None:
+            dst = self._sock.fileno()
+        elif self.data_host:
+            return  # the receive side ended before the handshake: nothing to feed
+        else:
+            assert receiver.stdin is not None
+            dst = receiver.stdin.fileno()
+        src = sender.stdout.fileno()
         started = last = time.monotonic()
         use_splice = hasattr(os, "splice")
         eof = False
@@ -605,7 +703,11 @@ class _Pipeline:
                     self.progress(self.bytes)
         finally:
             with contextlib.suppress(OSError):
-                receiver.stdin.close()
+                if self._sock is not None:
+                    self._sock.shutdown(socket.SHUT_WR)  # the end of the stream
+                    self._sock.close()
+                elif receiver.stdin is not None:
+                    receiver.stdin.close()
             if not eof:
                 self._kill(sender)  # nobody reads its pipe any more
             if self.progress is not None:

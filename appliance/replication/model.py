@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 from appliance.host.ssh import Endpoint
+from appliance.host.zfs_send import Transport
 
 RunState = Literal["never", "running", "ok", "failed", "cancelled"]
 
@@ -73,6 +74,7 @@ class ReplicationSpec:
     raw: bool = False  # zfs send -w (encrypted datasets stay encrypted) instead of -Lce
     bandwidth_limit: int | None = None  # bytes/s
     enabled: bool = True
+    transport: Transport = "ssh"  # ssh+tcp: the stream outside SSH (trusted links only)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

@@ -52,6 +52,7 @@ from appliance.host.ssh import (
 )
 from appliance.host.zfs import DatasetInfo
 from appliance.host.zfs_send import (
+    TRANSPORTS,
     PartialReceive,
     ReceiveSpec,
     SnapRef,
@@ -120,6 +121,7 @@ class ReplicationRequest:
     raw: bool = False
     bandwidth_limit: int | str | None = None
     enabled: bool = True
+    transport: str = "ssh"
 
 
 @dataclass(frozen=True)
@@ -276,12 +278,15 @@ class ReplicationService:
             limit = validate.parse_size(req.bandwidth_limit, "bandwidth_limit")
             if limit < 64 << 10:
                 raise InvalidInput("bandwidth_limit must be at least 64K (bytes per second)")
+        if req.transport not in TRANSPORTS:
+            raise InvalidInput(f"invalid transport {req.transport!r}: one of "
+                               f"{', '.join(TRANSPORTS)}")
         return ReplicationSpec(
             name=name, datastore=req.datastore,
             target=TargetSpec(host=host, dataset=dataset, port=t.port, user=t.user),
             interval=interval, after_snapshot_policy=bool(req.after_snapshot_policy),
             take_snapshot=bool(req.take_snapshot), raw=bool(req.raw), bandwidth_limit=limit,
-            enabled=bool(req.enabled))
+            enabled=bool(req.enabled), transport=req.transport)
 
     # --- records ------------------------------------------------------------------------
     def put(self, name: str, req: ReplicationRequest) -> tuple[ReplicationView, bool]:
@@ -614,7 +619,7 @@ class ReplicationService:
             try:
                 stats = zsend.transfer(step.send, endpoint, receive,
                                        rate_limit=spec.bandwidth_limit, progress=report,
-                                       cancel=job.cancel_event)
+                                       cancel=job.cancel_event, transport=spec.transport)
             except StaleResume as exc:
                 log.warning("replication %s: %s; dropping the partial receive", spec.name,
                             exc.message)

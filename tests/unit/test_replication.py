@@ -150,6 +150,24 @@ def test_full_then_incremental_run_keeps_the_replica_equal(pair: tuple[Box, Box]
     assert rec is not None and src.ssh.closed == [rec.spec.target.endpoint] * 2
 
 
+def test_the_transport_asked_for_carries_every_stream(pair: tuple[Box, Box]) -> None:
+    src, dst = pair
+    ds = nfs(src)
+    src.zfs.write(ds, 20 * MiB, content="v1")
+    put(src, transport="ssh+tcp")
+    ok(run(src))
+    src.zfs.write(ds, 20 * MiB, changed=1 * MiB, content="v2")
+    ok(run(src))
+    assert src.zsend.transports == ["ssh+tcp", "ssh+tcp"]
+    assert content(dst.zfs, f"{PREFIX}/nfs01") == "v2"
+    view = src.engine.replication.get("r1").outgoing
+    assert view is not None and view.record.spec.transport == "ssh+tcp"
+    put(src)  # the default again
+    src.zfs.write(ds, 20 * MiB, changed=1 * MiB, content="v3")
+    ok(run(src))
+    assert src.zsend.transports[-1] == "ssh"
+
+
 def test_a_run_asks_the_target_before_each_step_and_not_after_the_last(
         pair: tuple[Box, Box], monkeypatch: pytest.MonkeyPatch) -> None:
     src, dst = pair
@@ -414,6 +432,7 @@ def test_run_after_the_datastore_vanished_says_the_replica_is_kept(
     ({"interval": "soon"}, "invalid interval"),
     ({"bandwidth_limit": "1K"}, "at least 64K"),
     ({"host_key": "ssh-ed25519 notbase64!"}, "base64"),
+    ({"transport": "netcat"}, "invalid transport"),
 ])
 def test_bad_requests_change_nothing(pair: tuple[Box, Box], change: dict[str, Any],
                                      words: str) -> None:

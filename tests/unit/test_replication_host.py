@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound
+from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound, ZdsError
 from appliance.host import sshgate
 from appliance.host.fakes.replication import fake_key
 from appliance.host.run import CommandResult, RecordingRunner, SubprocessRunner
@@ -470,3 +470,152 @@ def test_holds_tolerate_repeats(tmp_path: Path) -> None:
                                                          "bookmark exists")
     with pytest.raises(Conflict):
         zs.bookmark("t/d@s", "t/d#b")
+
+
+# --- the ssh+tcp transport: the real gate and pipeline, with stand-ins for ssh and zfs ----
+
+# A stand-in for ssh: runs the receive gate as sshd would (the remote command in
+# SSH_ORIGINAL_COMMAND, the connection's addresses in SSH_CONNECTION); with SSH_DROP set
+# it starts the gate in the background and ends after that many seconds, like a session
+# killed mid-stream.
+FAKE_SSH = """#!/bin/sh
+for last in "$@"; do :; done
+echo "$last" >> "$SSH_LOG"
+export SSH_ORIGINAL_COMMAND="$last" SSH_CONNECTION="127.0.0.1 40000 127.0.0.1 22"
+if [ -n "$SSH_DROP" ]; then
+  "$PYTHON" -m appliance.host.sshgate --name t --prefix r --data-ports "$PORTS" &
+  sleep "$SSH_DROP"
+  echo "Connection to 127.0.0.1 closed by remote host." >&2
+  exit 255
+fi
+exec "$PYTHON" -m appliance.host.sshgate --name t --prefix r --data-ports "$PORTS"
+"""
+
+
+@pytest.fixture
+def over_tcp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[ZfsSend, Path, Path]:
+    import sys
+
+    for name, text in (("zfs", FAKE_ZFS), ("ssh", FAKE_SSH)):
+        (tmp_path / name).write_text(text)
+        (tmp_path / name).chmod(0o755)
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    (keys / "id_ed25519").write_text("k")
+    (keys / "id_ed25519.pub").write_text(KEY)
+    out, log = tmp_path / "received", tmp_path / "ssh.log"
+    repo = Path(__file__).resolve().parents[2]
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")  # the gate's zfs
+    monkeypatch.setenv("PYTHONPATH", str(repo))
+    monkeypatch.setenv("PYTHON", sys.executable)
+    monkeypatch.setenv("PORTS", "29100-29199")
+    monkeypatch.setenv("RECV_FILE", str(out))
+    monkeypatch.setenv("SSH_LOG", str(log))
+    monkeypatch.setenv("SEND_BYTES", str(8 << 20))
+    runner = SubprocessRunner()
+    return ZfsSend(runner, OpenSsh(runner, keys, ssh=str(tmp_path / "ssh")),
+                   zfs=str(tmp_path / "zfs")), out, log
+
+
+def test_ssh_tcp_sends_the_stream_outside_ssh(over_tcp: tuple[ZfsSend, Path, Path]) -> None:
+    zs, out, log = over_tcp
+    seen: list[int] = []
+    zs.REPORT_EVERY = 0.0
+    stats = zs.transfer(SendSpec("t/d@a"), Endpoint("127.0.0.1"), ReceiveSpec("r/d"),
+                        progress=seen.append, transport="ssh+tcp")
+    assert stats.bytes == 8 << 20 == out.stat().st_size and seen[-1] == 8 << 20
+    # the stand-in ssh got no stdin at all: every byte came through the data connection
+    assert log.read_text().startswith("via-tcp zfs receive -s -u r/d")
+
+
+def test_ssh_tcp_reports_the_receive_side_refusal(over_tcp: tuple[ZfsSend, Path, Path],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    zs, _, _ = over_tcp
+    monkeypatch.setenv("RECV_FAIL", "cannot receive incremental stream: destination r/d has "
+                                    "been modified since most recent snapshot")
+    with pytest.raises(Diverged):
+        zs.transfer(SendSpec("t/d@b", "t/d@a"), Endpoint("127.0.0.1"), ReceiveSpec("r/d"),
+                    transport="ssh+tcp")
+
+
+def test_ssh_tcp_stops_when_the_ssh_session_ends(over_tcp: tuple[ZfsSend, Path, Path],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without SSH the receive's status can no longer come back: the source must cut the
+    data connection too (the target then keeps what arrived, resumable)."""
+    zs, out, _ = over_tcp
+    monkeypatch.setenv("SEND_BYTES", str(64 << 20))
+    monkeypatch.setenv("SSH_DROP", "1")
+    with pytest.raises(ZdsError) as err:
+        zs.transfer(SendSpec("t/d@a"), Endpoint("127.0.0.1"), ReceiveSpec("r/d"),
+                    rate_limit=8 << 20, transport="ssh+tcp")
+    assert isinstance(err.value, TransferInterrupted), err.value
+    for _ in range(50):  # the stand-in's background receive ends on the socket's EOF
+        if out.exists() and out.stat().st_size > 0:
+            break
+        time.sleep(0.1)
+    assert 0 < out.stat().st_size < 64 << 20
+
+
+def test_ssh_tcp_needs_a_target_that_names_a_reachable_port(
+        over_tcp: tuple[ZfsSend, Path, Path], tmp_path: Path) -> None:
+    zs, _, _ = over_tcp
+    ssh = tmp_path / "ssh"
+    ssh.write_text("#!/bin/sh\necho 'zds-tcp 1 " + "ab" * 16 + "'\nsleep 5\n")
+    with pytest.raises(TargetUnreachable) as err:
+        zs.transfer(SendSpec("t/d@a"), Endpoint("127.0.0.1"), ReceiveSpec("r/d"),
+                    transport="ssh+tcp")
+    assert "127.0.0.1:1" in err.value.message and "29100-29199" in err.value.message
+    ssh.write_text("#!/bin/sh\necho 'welcome to some other host'\nsleep 5\n")
+    with pytest.raises(TargetUnreachable) as err:
+        zs.transfer(SendSpec("t/d@a"), Endpoint("127.0.0.1"), ReceiveSpec("r/d"),
+                    transport="ssh+tcp")
+    assert "does not speak ssh+tcp" in err.value.message
+
+
+def test_gate_data_connection_needs_the_token_and_the_ssh_client() -> None:
+    import socket
+
+    listener = sshgate.listen("127.0.0.1", range(29100, 29200))
+    port = listener.getsockname()[1]
+    assert 29100 <= port < 29200
+    token = b"t" * sshgate.TOKEN_BYTES
+
+    def connect(data: bytes) -> None:
+        with socket.create_connection(("127.0.0.1", port)) as c:
+            c.sendall(data)
+            time.sleep(0.3)
+
+    t = threading.Thread(target=connect, args=(b"x" * sshgate.TOKEN_BYTES,))
+    t.start()
+    with pytest.raises(sshgate.Refused, match="did not present the token"):
+        sshgate.accept_source(listener, "127.0.0.1", token, timeout=5)
+    t.join()
+    # a connection from another address than the SSH client's is ignored (then: timeout)
+    t = threading.Thread(target=connect, args=(token,))
+    t.start()
+    with pytest.raises(sshgate.Refused, match=r"no data connection from 192\.0\.2\.7"):
+        sshgate.accept_source(listener, "192.0.2.7", token, timeout=1)
+    t.join()
+    t = threading.Thread(target=connect, args=(token + b"stream",))
+    t.start()
+    conn = sshgate.accept_source(listener, "127.0.0.1", token, timeout=5)
+    assert conn.recv(6) == b"stream"
+    conn.close()
+    t.join()
+    listener.close()
+    assert sshgate._same_address("::ffff:192.0.2.7", "192.0.2.7")
+    assert sshgate.port_range("29100-29199") == range(29100, 29200)
+    with pytest.raises(ValueError):
+        sshgate.port_range("0-10")
+
+
+def test_gate_via_tcp_is_for_a_receive_only(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--name", "zds1", "--prefix", PFX[0]]
+    assert sshgate.main(args, {"SSH_ORIGINAL_COMMAND": "via-tcp zfs list -H tank/replicas/"
+                                                       "zds1"}) == 1
+    assert "via-tcp is for a receive only" in capsys.readouterr().err
+    assert sshgate.main(args, {"SSH_ORIGINAL_COMMAND": "via-tcp zfs receive -A tank/replicas/"
+                                                       "zds1/a"}) == 1
+    assert sshgate.main(args, {"SSH_ORIGINAL_COMMAND": "via-tcp zfs receive -s -u tank/"
+                                                       "replicas/zds1/a"}) == 0
+    assert capsys.readouterr().out.strip() == "via-tcp zfs receive -s -u tank/replicas/zds1/a"

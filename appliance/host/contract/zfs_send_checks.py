@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from appliance.errors import Conflict, InsufficientSpace, NotFound
+from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound
 from appliance.host.contract import expect
 from appliance.host.ssh import Endpoint
 from appliance.host.zfs import ZfsHost
@@ -124,7 +124,13 @@ def check_streams(zfs: ZfsHost, zsend: ZfsSendHost, pool: str, write: Write) -> 
         zfs.snapshot(src, "s3")
         full = SendSpec(snapshot=f"{src}@s1")
         assert zsend.estimate(full) >= 2 * MiB, zsend.estimate(full)
-        stats = zsend.transfer(full, HERE, recv)
+        try:
+            zsend.transfer(full, HERE, recv, transport="udp")  # type: ignore[arg-type]
+            raise AssertionError("an unknown transport was accepted")
+        except InvalidInput:
+            pass
+        # ssh+tcp to this machine is the plain pipe (no SSH, no gate to hand a port)
+        stats = zsend.transfer(full, HERE, recv, transport="ssh+tcp")
         assert stats.bytes >= 2 * MiB, stats
         state = zsend.target_state(HERE, dst)
         assert state.exists and state.type == "filesystem" and state.resume_token is None

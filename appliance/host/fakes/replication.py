@@ -33,6 +33,7 @@ from appliance.host.ssh import (
     unreachable,
 )
 from appliance.host.zfs_send import (
+    TRANSPORTS,
     Diverged,
     PartialReceive,
     Progress,
@@ -43,6 +44,7 @@ from appliance.host.zfs_send import (
     TargetState,
     TransferCancelled,
     TransferStats,
+    Transport,
     interrupted,
 )
 
@@ -177,6 +179,7 @@ class FakeZfsSend:
         self.ssh = ssh
         self.interrupt_after: int | None = None  # one-shot: cut the next stream there
         self.transfers: list[tuple[str, int]] = []  # (SendSpec.describe(), bytes)
+        self.transports: list[str] = []  # the transport of each transfer asked for
         self._tokens = 0
 
     # -- cursor ------------------------------------------------------------------------
@@ -337,7 +340,11 @@ class FakeZfsSend:
 
     def transfer(self, send: SendSpec, endpoint: Endpoint, receive: ReceiveSpec, *,
                  rate_limit: int | None = None, progress: Progress | None = None,
-                 cancel: threading.Event | None = None) -> TransferStats:
+                 cancel: threading.Event | None = None,
+                 transport: Transport = "ssh") -> TransferStats:
+        if transport not in TRANSPORTS:
+            raise InvalidInput(f"unknown transport {transport!r}")
+        self.transports.append(transport)  # the stream is the same either way
         self.zfs._up()
         tz = self._target(endpoint, receive.dataset)
         if send.resume_token:
