@@ -11,10 +11,13 @@ guest. Each round then times, interleaved on the same snapshot:
   local  ``zfs send -L -c -e -p DS@b1 | zfs receive -s -u zdsbench/local`` in the guest
   zds    a replication run through the API: SSH to 127.0.0.1, the receive gate, the
          spliced pump, the target queries and the cursor (hold + bookmark)
+  zds ssh+tcp  the same run with the ssh+tcp transport: SSH for the commands, the stream
+         over a plain TCP connection the receive gate accepts once
 
 and the table shows the medians and the median ratio local/zds (throughput of zds
 relative to the plain pipe; the target is >= 0.8). Then 1% of the data changes and an
-incremental run is timed against the local ``zfs send -I`` of the same change.
+incremental run is timed against the local ``zfs send -I`` of the same change, once per
+transport.
 ``--server/--token/--no-boot`` measure an appliance that is already up instead (it must
 have the test-control channel: use the e2e harness's).
 """
@@ -86,8 +89,11 @@ class Bench:
         self.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={size_mib} "
                 "status=none && sync", timeout=1800)
         self.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b1"})
+        self.set_transport("ssh")
+
+    def set_transport(self, transport: str) -> None:
         self.call("PUT", "/replications/bench", json={
-            "datastore": DS, "take_snapshot": False,
+            "datastore": DS, "take_snapshot": False, "transport": transport,
             "target": {"host": "127.0.0.1", "dataset": f"zdsbench/replicas/{DS}"}})
 
     def replicate(self) -> tuple[float, dict[str, Any]]:
@@ -155,6 +161,7 @@ def measure(bench: Bench, size_mib: int, rounds: int,
     bench.setup(size_mib)
     send = f"zfs send -L -c -e -p {DATASET}@b1"
     local, zds, stream = [], [], []
+    zds_tcp, stream_tcp = [], []
     cpu: dict[str, list[float]] = {}
     # wall seconds of the bare stream per hop: each ssh cipher, and "tcp" (no encryption)
     by_hop: dict[str, list[float]] = {c: [] for c in (*ciphers, "tcp")}
@@ -183,9 +190,20 @@ def measure(bench: Bench, size_mib: int, rounds: int,
         zds.append(seconds)
         stream.append(float(result["transfer_seconds"]))
         bench.forget_replica()
+        bench.set_transport("ssh+tcp")
+        before = bench.busy()
+        seconds, result = bench.replicate()
+        cpu.setdefault("zds-tcp", []).append(bench.busy() - before)
+        zds_tcp.append(seconds)
+        stream_tcp.append(float(result["transfer_seconds"]))
+        bench.forget_replica()
+        bench.set_transport("ssh")
     nbytes = int(result["bytes"])
-    ratios = [loc / z for loc, z in zip(local, zds, strict=True)]
-    stream_ratios = [loc / z for loc, z in zip(local, stream, strict=True)]
+
+    def ratio(times: list[float]) -> float:
+        """The median of the per-round ratios local / path (each round's own local)."""
+        return statistics.median([loc / t for loc, t in zip(local, times, strict=True)])
+
     # the last replica stays for the incremental
     bench.replicate()
     bench.timed(f"{send} | zfs receive -s -u zdsbench/local")
@@ -196,6 +214,14 @@ def measure(bench: Bench, size_mib: int, rounds: int,
     t_local_incr = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b1 {DATASET}@b2 | "
                                "zfs receive -s -u zdsbench/local")
     t_incr, incr = bench.replicate()
+    # the same again through ssh+tcp
+    bench.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={change} "
+             f"seek={size_mib // 4} conv=notrunc status=none && sync")
+    bench.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b3"})
+    t_local_incr_tcp = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b2 {DATASET}@b3 | "
+                                   "zfs receive -s -u zdsbench/local")
+    bench.set_transport("ssh+tcp")
+    t_incr_tcp, incr_tcp = bench.replicate()
     bench.cleanup()
 
     def mbs(seconds: float) -> float:
@@ -208,21 +234,32 @@ def measure(bench: Bench, size_mib: int, rounds: int,
         f"{'local zfs send | zfs receive (full)':<44} {statistics.median(local):8.2f} "
         f"{mbs(statistics.median(local)):8.1f} {1.0:6.2f} {statistics.median(cpu['local']):6.1f}",
         f"{'zds replication run over ssh (full)':<44} {statistics.median(zds):8.2f} "
-        f"{mbs(statistics.median(zds)):8.1f} {statistics.median(ratios):6.2f} "
+        f"{mbs(statistics.median(zds)):8.1f} {ratio(zds):6.2f} "
         f"{statistics.median(cpu['zds']):6.1f}",
         f"{'  of which the stream (send | ssh | receive)':<44} "
         f"{statistics.median(stream):8.2f} {mbs(statistics.median(stream)):8.1f} "
-        f"{statistics.median(stream_ratios):6.2f}",
+        f"{ratio(stream):6.2f}",
+        f"{'zds replication run over ssh+tcp (full)':<44} {statistics.median(zds_tcp):8.2f} "
+        f"{mbs(statistics.median(zds_tcp)):8.1f} {ratio(zds_tcp):6.2f} "
+        f"{statistics.median(cpu['zds-tcp']):6.1f}",
+        f"{'  of which the stream (send | tcp | receive)':<44} "
+        f"{statistics.median(stream_tcp):8.2f} {mbs(statistics.median(stream_tcp)):8.1f} "
+        f"{ratio(stream_tcp):6.2f}",
         *(f"{('  plain ssh -c ' + c.split('@')[0]) if c != 'tcp' else '  tcp, no encryption':<44} "
           f"{statistics.median(t):8.2f} {mbs(statistics.median(t)):8.1f} "
-          f"{statistics.median([lo / x for lo, x in zip(local, t, strict=True)]):6.2f} "
+          f"{ratio(t):6.2f} "
           f"{statistics.median(cpu[c]):6.1f}"
           for c, t in by_hop.items()),
         f"{'local zfs send -I | receive (1% change)':<44} {t_local_incr:8.2f}",
-        f"{'zds replication run (1% change)':<44} {t_incr:8.2f}"
+        f"{'zds replication run over ssh (1% change)':<44} {t_incr:8.2f}"
         f"  ({incr['bytes'] / MiB:.1f} MiB sent)",
+        f"{'local zfs send -I | receive (another 1%)':<44} {t_local_incr_tcp:8.2f}",
+        f"{'zds replication run over ssh+tcp (the same)':<44} {t_incr_tcp:8.2f}"
+        f"  ({incr_tcp['bytes'] / MiB:.1f} MiB sent)",
         f"rounds: local {[round(x, 2) for x in local]}, zds {[round(x, 2) for x in zds]}, "
-        f"stream {[round(x, 2) for x in stream]}; {nbytes} bytes per full stream",
+        f"stream {[round(x, 2) for x in stream]}, zds ssh+tcp "
+        f"{[round(x, 2) for x in zds_tcp]}, its stream {[round(x, 2) for x in stream_tcp]}; "
+        f"{nbytes} bytes per full stream",
         *(f"  {c}: {[round(x, 2) for x in t]}" for c, t in by_hop.items()),
         "cpu s: guest CPU seconds busy during the path, all vCPUs "
         f"({bench.sh('nproc').strip()}) together",

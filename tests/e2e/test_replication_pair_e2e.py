@@ -4,7 +4,9 @@ network on 127.0.0.1; nothing else can reach it). Through the REST API of each: 
 exchange with the target's host key pinned up front, full and incremental sends of an NFS
 and an iSCSI datastore over the link with the data checked on the target, a stream cut
 mid-way and resumed, then the source powered off and both replicas promoted on the target
-with the source's identity (the NFS path and the LUN's NAA id), read from the host.
+with the source's identity (the NFS path and the LUN's NAA id), read from the host. The
+ssh+tcp transport runs over the same link, with the target's firewall first dropping and
+then counting its data ports.
 
 Boots two appliances of its own (not the session's), started together. Opt-in with the
 other replication e2e tests: ZDS_E2E_REPLICATION=1."""
@@ -211,7 +213,60 @@ def test_4_stream_cut_on_the_link_resumes(source: E2EAppliance, target: E2EAppli
     print(f"\n[e2e] pair: resumed the last {resumed} B of the stream")
 
 
-def test_5_failover_promotes_with_the_sources_identity(
+def nft_rule(app: E2EAppliance, rule: str, tag: str) -> None:
+    """A rule at the top of the target's firewall input chain, named by a comment."""
+    app.check(f"nft insert rule inet zds input {rule} comment '\"{tag}\"'")
+
+
+def nft_drop_rule(app: E2EAppliance, tag: str) -> None:
+    app.check(f"nft delete rule inet zds input handle $(nft -a list chain inet zds input | "
+              f"grep '{tag}' | sed 's/.*# handle //')")
+
+
+def test_5_ssh_tcp_sends_the_stream_outside_ssh(source: E2EAppliance, target: E2EAppliance,
+                                               src_api: httpx.Client) -> None:
+    """The ssh+tcp transport over the link: refused cleanly while a firewall drops its
+    data ports, then the stream crosses them (counted by the target's firewall), side by
+    side with a run of the same size through SSH."""
+    body = {"datastore": "pnfs", "transport": "ssh+tcp",
+            "target": {"host": TARGET_IP, "dataset": f"{REPLICAS}/pnfs",
+                       "host_key": state["host_key"]}}
+    ok(src_api.put("/replications/p-nfs", json=body))
+    before = ok(src_api.get("/replications/p-nfs"))["outgoing"]["status"]["last_snapshot"]
+    nft_rule(target, "tcp dport 29100-29199 drop", "e2e-block")
+    try:
+        job = run(src_api, "p-nfs")
+    finally:
+        nft_drop_rule(target, "e2e-block")
+    assert job["state"] == "failed" and job["error"]["code"] == "target_unreachable", job
+    assert "29100-29199" in job["error"]["message"], job["error"]
+    assert ok(src_api.get("/replications/p-nfs"))["outgoing"]["status"][
+        "last_snapshot"] == before
+
+    rates = {}
+    nft_rule(target, "tcp dport 29100-29199 counter", "e2e-count")
+    for n, transport in enumerate(("ssh", "ssh+tcp"), start=3):
+        source.check(f"dd if=/dev/urandom of=/tank/datastores/pnfs/disk{n}.img bs=1M "
+                     "count=32 status=none && sync", timeout=300)
+        ok(src_api.put("/replications/p-nfs", json={**body, "transport": transport}))
+        result = succeeded(run(src_api, "p-nfs"))
+        assert result["steps"][0].startswith("incremental") and result["bytes"] > 32 * MiB
+        rates[transport] = result["bytes"] / MiB / result["transfer_seconds"]
+        counted = target.check("nft list chain inet zds input | grep e2e-count")
+        crossed = int(counted.split(" bytes ")[1].split()[0])
+        if transport == "ssh":
+            assert crossed < MiB, counted  # nothing went the data ports' way
+        else:
+            assert crossed >= result["bytes"], counted  # the whole stream did
+        assert replica_sha(target, f"{REPLICAS}/pnfs", file=f"disk{n}.img") == sha_in_guest(
+            source, f"/tank/datastores/pnfs/disk{n}.img")
+    nft_drop_rule(target, "e2e-count")
+    state["nfs_sha"] = sha_in_guest(source, "/tank/datastores/pnfs/disk1.img")
+    print(f"\n[e2e] pair 32 MiB incremental stream: ssh {rates['ssh']:.1f} MiB/s, "
+          f"ssh+tcp {rates['ssh+tcp']:.1f} MiB/s")
+
+
+def test_6_failover_promotes_with_the_sources_identity(
         source: E2EAppliance, target: E2EAppliance, tgt_api: httpx.Client,
         tmp_path: Path) -> None:
     # the source is gone: the target needs nothing from it
