@@ -551,7 +551,7 @@ class _Pipeline:
         self._procs = [sender, receiver]
         if self.data_host:
             try:
-                self._sock = self._connect(receiver)
+                self._sock = self._connect(receiver, cancel)
             except ZdsError:
                 for p in self._procs:
                     self._kill(p)
@@ -597,10 +597,12 @@ class _Pipeline:
         for t in readers:
             t.join(5)
 
-    def _connect(self, receiver: subprocess.Popen[bytes]) -> socket.socket | None:
+    def _connect(self, receiver: subprocess.Popen[bytes],
+                 cancel: threading.Event) -> socket.socket | None:
         """Reads the gate's ``zds-tcp PORT TOKEN`` line from the receive side's stdout,
         connects to ``data_host:PORT`` and sends the token. None if the receive side
-        ended before it said where (refused, unreachable: its stderr says why)."""
+        ended before it said where (refused, unreachable: its stderr says why) or the
+        transfer was cancelled meanwhile."""
         assert receiver.stdout is not None and self.data_host is not None
         fd = receiver.stdout.fileno()
         line = b""
@@ -613,6 +615,8 @@ class _Pipeline:
                     raise TargetUnreachable(
                         f"the receive gate on {self.data_host} did not name a data port "
                         f"within {self.HANDSHAKE_TIMEOUT:.0f} s")
+                if cancel.is_set():
+                    return None
                 if not sel.select(min(left, 1.0)):
                     continue
                 chunk = os.read(fd, 4096)
@@ -702,11 +706,12 @@ class _Pipeline:
                     last = now
                     self.progress(self.bytes)
         finally:
-            with contextlib.suppress(OSError):
-                if self._sock is not None:
+            if self._sock is not None:
+                with contextlib.suppress(OSError):  # shut already if the SSH side ended
                     self._sock.shutdown(socket.SHUT_WR)  # the end of the stream
-                    self._sock.close()
-                elif receiver.stdin is not None:
+                self._sock.close()
+            elif receiver.stdin is not None:
+                with contextlib.suppress(OSError):
                     receiver.stdin.close()
             if not eof:
                 self._kill(sender)  # nobody reads its pipe any more
