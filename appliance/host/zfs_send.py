@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import selectors
@@ -49,7 +50,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import IO, Literal, Protocol
 
 from appliance.errors import (
     Conflict,
@@ -549,6 +550,8 @@ class _Pipeline:
             sender.wait()
             raise
         self._procs = [sender, receiver]
+        for pipe in (sender.stdout, receiver.stdin):
+            self._widen(pipe)
         if self.data_host:
             try:
                 self._sock = self._connect(receiver, cancel)
@@ -596,6 +599,15 @@ class _Pipeline:
                         self._kill(p)
         for t in readers:
             t.join(5)
+
+    PIPE_SIZE = 1 << 20  # Linux's default pipe-max-size
+
+    def _widen(self, pipe: IO[bytes] | None) -> None:
+        """A 1 MiB pipe instead of 64 KiB: each splice then moves up to 1 MiB, so the pump
+        and ``zfs send`` wake 16 times less often (it shows under emulation)."""
+        if pipe is not None and hasattr(fcntl, "F_SETPIPE_SZ"):
+            with contextlib.suppress(OSError):  # above pipe-max-size for this user
+                fcntl.fcntl(pipe.fileno(), fcntl.F_SETPIPE_SZ, self.PIPE_SIZE)
 
     def _connect(self, receiver: subprocess.Popen[bytes],
                  cancel: threading.Event) -> socket.socket | None:
