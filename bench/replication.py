@@ -35,6 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from appliance.host.zfs_send import TRANSPORTS
 from bench.protocol_overhead import Api
 
 MiB = 1 << 20
@@ -160,21 +161,23 @@ def measure(bench: Bench, size_mib: int, rounds: int,
             ciphers: tuple[str, ...] = CIPHERS) -> str:
     bench.setup(size_mib)
     send = f"zfs send -L -c -e -p {DATASET}@b1"
-    local, zds, stream = [], [], []
-    zds_tcp, stream_tcp = [], []
+    local: list[float] = []
+    # per transport: wall seconds of a run through the API, and of its stream alone
+    zds: dict[str, list[float]] = {t: [] for t in TRANSPORTS}
+    stream: dict[str, list[float]] = {t: [] for t in TRANSPORTS}
     cpu: dict[str, list[float]] = {}
     # wall seconds of the bare stream per hop: each ssh cipher, and "tcp" (no encryption)
     by_hop: dict[str, list[float]] = {c: [] for c in (*ciphers, "tcp")}
     ssh = bench.plain_ssh() if ciphers else ""
     for name, script in (("recv", TCP_RECV), ("send", TCP_SEND)):
         bench.sh(f"cat > /root/zds-bench-{name}.py <<'EOF'\n{script}EOF")
-    transports = {c: f"{ssh} -c {c} 127.0.0.1" for c in ciphers}
+    via_cipher = {c: f"{ssh} -c {c} 127.0.0.1" for c in ciphers}
     for _ in range(rounds):
         t, c = bench.timed_cpu(f"{send} | zfs receive -s -u zdsbench/local")
         local.append(t)
         cpu.setdefault("local", []).append(c)
         bench.sh("zfs destroy -r zdsbench/local")
-        for cipher, via in transports.items():  # the bare stream, one cipher at a time
+        for cipher, via in via_cipher.items():  # the bare stream, one cipher at a time
             t, c = bench.timed_cpu(f"{send} | {via} zfs receive -s -u zdsbench/local")
             by_hop[cipher].append(t)
             cpu.setdefault(cipher, []).append(c)
@@ -184,48 +187,58 @@ def measure(bench: Bench, size_mib: int, rounds: int,
         by_hop["tcp"].append(t)
         cpu.setdefault("tcp", []).append(c)
         bench.sh("zfs destroy -r zdsbench/local")
-        before = bench.busy()
-        seconds, result = bench.replicate()
-        cpu.setdefault("zds", []).append(bench.busy() - before)
-        zds.append(seconds)
-        stream.append(float(result["transfer_seconds"]))
-        bench.forget_replica()
-        bench.set_transport("ssh+tcp")
-        before = bench.busy()
-        seconds, result = bench.replicate()
-        cpu.setdefault("zds-tcp", []).append(bench.busy() - before)
-        zds_tcp.append(seconds)
-        stream_tcp.append(float(result["transfer_seconds"]))
-        bench.forget_replica()
-        bench.set_transport("ssh")
+        for transport in TRANSPORTS:
+            bench.set_transport(transport)
+            before = bench.busy()
+            seconds, result = bench.replicate()
+            cpu.setdefault(transport, []).append(bench.busy() - before)
+            zds[transport].append(seconds)
+            stream[transport].append(float(result["transfer_seconds"]))
+            bench.forget_replica()
     nbytes = int(result["bytes"])
 
     def ratio(times: list[float]) -> float:
         """The median of the per-round ratios local / path (each round's own local)."""
         return statistics.median([loc / t for loc, t in zip(local, times, strict=True)])
 
-    # the last replica stays for the incremental
+    # the last replica stays for the incrementals: per transport, 1% of the data
+    # changes (another 1% each time), timed locally and through the API
     bench.replicate()
     bench.timed(f"{send} | zfs receive -s -u zdsbench/local")
     change = max(1, size_mib // 100)
-    bench.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={change} "
-             f"seek={size_mib // 2} conv=notrunc status=none && sync")
-    bench.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b2"})
-    t_local_incr = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b1 {DATASET}@b2 | "
-                               "zfs receive -s -u zdsbench/local")
-    t_incr, incr = bench.replicate()
-    # the same again through ssh+tcp
-    bench.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={change} "
-             f"seek={size_mib // 4} conv=notrunc status=none && sync")
-    bench.call("POST", f"/datastores/{DS}/snapshots", json={"name": "b3"})
-    t_local_incr_tcp = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b2 {DATASET}@b3 | "
-                                   "zfs receive -s -u zdsbench/local")
-    bench.set_transport("ssh+tcp")
-    t_incr_tcp, incr_tcp = bench.replicate()
+    incr: dict[str, tuple[float, float, int]] = {}  # (local s, run s, bytes sent)
+    for n, transport in enumerate(TRANSPORTS, start=2):
+        bench.sh(f"dd if=/dev/urandom of=/{DATASET}/data.bin bs=1M count={change} "
+                 f"seek={size_mib // (2 * (n - 1))} conv=notrunc status=none && sync")
+        bench.call("POST", f"/datastores/{DS}/snapshots", json={"name": f"b{n}"})
+        t_local = bench.timed(f"zfs send -L -c -e -p -I {DATASET}@b{n - 1} {DATASET}@b{n} "
+                              "| zfs receive -s -u zdsbench/local")
+        bench.set_transport(transport)
+        t_run, result = bench.replicate()
+        incr[transport] = (t_local, t_run, int(result["bytes"]))
     bench.cleanup()
 
     def mbs(seconds: float) -> float:
         return nbytes / seconds / MiB
+
+    def full_rows(t: str) -> list[str]:
+        run = f"zds replication run over {t} (full)"
+        hop = t.rsplit("+", 1)[-1]  # ssh, or tcp for ssh+tcp
+        of_which = f"  of which the stream (send | {hop} | receive)"
+        return [f"{run:<44} {statistics.median(zds[t]):8.2f} "
+                f"{mbs(statistics.median(zds[t])):8.1f} {ratio(zds[t]):6.2f} "
+                f"{statistics.median(cpu[t]):6.1f}",
+                f"{of_which:<44} {statistics.median(stream[t]):8.2f} "
+                f"{mbs(statistics.median(stream[t])):8.1f} {ratio(stream[t]):6.2f}"]
+
+    def incremental_rows(t: str, again: bool) -> list[str]:
+        t_local, t_run, sent = incr[t]
+        local_label = "local zfs send -I | receive " + ("(another 1%)" if again else
+                                                        "(1% change)")
+        run_label = f"zds replication run over {t} " + ("(the same)" if again else
+                                                        "(1% change)")
+        return [f"{local_label:<44} {t_local:8.2f}",
+                f"{run_label:<44} {t_run:8.2f}  ({sent / MiB:.1f} MiB sent)"]
 
     lines = [
         f"# replication bench, {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {platform.node()}, "
@@ -233,33 +246,17 @@ def measure(bench: Bench, size_mib: int, rounds: int,
         f"{'path':<44} {'seconds':>8} {'MiB/s':>8} {'ratio':>6} {'cpu s':>6}",
         f"{'local zfs send | zfs receive (full)':<44} {statistics.median(local):8.2f} "
         f"{mbs(statistics.median(local)):8.1f} {1.0:6.2f} {statistics.median(cpu['local']):6.1f}",
-        f"{'zds replication run over ssh (full)':<44} {statistics.median(zds):8.2f} "
-        f"{mbs(statistics.median(zds)):8.1f} {ratio(zds):6.2f} "
-        f"{statistics.median(cpu['zds']):6.1f}",
-        f"{'  of which the stream (send | ssh | receive)':<44} "
-        f"{statistics.median(stream):8.2f} {mbs(statistics.median(stream)):8.1f} "
-        f"{ratio(stream):6.2f}",
-        f"{'zds replication run over ssh+tcp (full)':<44} {statistics.median(zds_tcp):8.2f} "
-        f"{mbs(statistics.median(zds_tcp)):8.1f} {ratio(zds_tcp):6.2f} "
-        f"{statistics.median(cpu['zds-tcp']):6.1f}",
-        f"{'  of which the stream (send | tcp | receive)':<44} "
-        f"{statistics.median(stream_tcp):8.2f} {mbs(statistics.median(stream_tcp)):8.1f} "
-        f"{ratio(stream_tcp):6.2f}",
+        *(row for t in TRANSPORTS for row in full_rows(t)),
         *(f"{('  plain ssh -c ' + c.split('@')[0]) if c != 'tcp' else '  tcp, no encryption':<44} "
           f"{statistics.median(t):8.2f} {mbs(statistics.median(t)):8.1f} "
           f"{ratio(t):6.2f} "
           f"{statistics.median(cpu[c]):6.1f}"
           for c, t in by_hop.items()),
-        f"{'local zfs send -I | receive (1% change)':<44} {t_local_incr:8.2f}",
-        f"{'zds replication run over ssh (1% change)':<44} {t_incr:8.2f}"
-        f"  ({incr['bytes'] / MiB:.1f} MiB sent)",
-        f"{'local zfs send -I | receive (another 1%)':<44} {t_local_incr_tcp:8.2f}",
-        f"{'zds replication run over ssh+tcp (the same)':<44} {t_incr_tcp:8.2f}"
-        f"  ({incr_tcp['bytes'] / MiB:.1f} MiB sent)",
-        f"rounds: local {[round(x, 2) for x in local]}, zds {[round(x, 2) for x in zds]}, "
-        f"stream {[round(x, 2) for x in stream]}, zds ssh+tcp "
-        f"{[round(x, 2) for x in zds_tcp]}, its stream {[round(x, 2) for x in stream_tcp]}; "
-        f"{nbytes} bytes per full stream",
+        *(row for i, t in enumerate(TRANSPORTS) for row in incremental_rows(t, i > 0)),
+        f"rounds: local {[round(x, 2) for x in local]}, "
+        + ", ".join(f"zds {t} {[round(x, 2) for x in zds[t]]}, its stream "
+                    f"{[round(x, 2) for x in stream[t]]}" for t in TRANSPORTS)
+        + f"; {nbytes} bytes per full stream",
         *(f"  {c}: {[round(x, 2) for x in t]}" for c, t in by_hop.items()),
         "cpu s: guest CPU seconds busy during the path, all vCPUs "
         f"({bench.sh('nproc').strip()}) together",
