@@ -11,10 +11,22 @@ replicating source needs, and only on datasets at or below ``--prefix``:
     zfs receive -A NAME
     zfs create -p NAME
 
-and then ``exec``s ``zfs`` itself, so the stream flows from sshd straight into
-``zfs receive``. ``-o`` may set only readonly, canmount=noauto and ``zds:*`` properties
-(never a mountpoint). Anything else exits 1 with ``zds-gate: refused: ...`` on stderr,
-which the source reports as ``refused_by_target``.
+and then runs ``zfs`` itself, so the stream flows from sshd straight into ``zfs
+receive`` (its stdin is the gate's; no byte passes through Python). ``-o`` may set only
+readonly, canmount=noauto and ``zds:*`` properties (never a mountpoint). Anything else
+exits 1 with ``zds-gate: refused: ...`` on stderr, which the source reports as
+``refused_by_target``.
+
+A stream carries its dataset's properties, and a hostile source could send
+``mountpoint=/usr/local/sbin`` for the next import to mount (docs/security.md). So the
+gate decides what a received file system may do, whatever the source asked for: every
+receive of a file system (the source says so with ``-x mountpoint``, or the target
+already is one) gets :data:`replica_guard.FS_EXCLUDE` as ``-x`` and
+:data:`replica_guard.FS_OVERRIDE` as ``-o``. Volumes refuse those options, and a full
+stream into a new dataset is a volume or a file system only by the source's word, so
+after every receive the gate reads what landed and resets anything that could still
+mount, share or execute (:func:`replica_guard.check_dataset`), reporting a refusal when it
+had to.
 
 A receive prefixed with ``via-tcp`` (the ``ssh+tcp`` transport) takes its stream from a
 plain TCP connection instead of the SSH channel, for trusted replication links where
@@ -30,16 +42,22 @@ Standard library only: it starts for every remote command, under emulation too.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hmac
+import itertools
 import os
 import random
 import re
 import secrets
 import shlex
+import signal
 import socket
+import subprocess
 import sys
 import time
 from collections.abc import Sequence
+
+from appliance.host import replica_guard
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*(?:[@][A-Za-z0-9][A-Za-z0-9_.:-]*)?$")
 _PROP = re.compile(r"^[a-z][a-z0-9_.:-]*$")
@@ -52,6 +70,7 @@ DATA_PORTS = "29100-29199"
 VIA_TCP = "via-tcp"
 ACCEPT_TIMEOUT = 30.0  # seconds the source has to connect and send the token
 TOKEN_BYTES = 16
+MAX_WRONG_CONNECTIONS = 32  # then the port is given up (a scan, not a late source)
 
 
 class Refused(Exception):
@@ -59,7 +78,7 @@ class Refused(Exception):
 
 
 def _under(name: str, prefixes: Sequence[str]) -> str:
-    if not _NAME.match(name) or "//" in name or name.endswith("/"):
+    if not _NAME.fullmatch(name) or "//" in name or name.endswith("/"):
         raise Refused(f"invalid dataset name {name!r}")
     base = name.split("@", 1)[0]
     if not any(base == p or base.startswith(p + "/") for p in prefixes):
@@ -104,11 +123,11 @@ def check(argv: Sequence[str], prefixes: Sequence[str]) -> list[str]:
     if sub in ("list", "get"):
         opts, names = _options(rest, "Hpr", "dtos")
         for k in range(0, len(opts) - 1):
-            if opts[k] in ("-d", "-t", "-o", "-s") and not _LIST.match(opts[k + 1]) and not (
+            if opts[k] in ("-d", "-t", "-o", "-s") and not _LIST.fullmatch(opts[k + 1]) and not (
                     opts[k] == "-d" and opts[k + 1].isdigit()):
                 raise Refused(f"bad value for {opts[k]}")
         if sub == "get":
-            if not names or not _LIST.match(names[0]):
+            if not names or not _LIST.fullmatch(names[0]):
                 raise Refused("zfs get needs a property list")
             props, names = [names[0]], names[1:]
         else:
@@ -131,13 +150,13 @@ def check(argv: Sequence[str], prefixes: Sequence[str]) -> list[str]:
             if opts[k] == "-o":
                 key, sep, value = opts[k + 1].partition("=")
                 allowed = _SETTABLE.get(key)
-                if not sep or (not (key.startswith("zds:") and _PROP.match(key)
+                if not sep or (not (key.startswith("zds:") and _PROP.fullmatch(key)
                                    and "\n" not in value) and not (
                                        allowed and value in allowed)):
                     raise Refused(f"receive may not set {key}")
                 k += 2
             elif opts[k] == "-x":
-                if not _PROP.match(opts[k + 1]):
+                if not _PROP.fullmatch(opts[k + 1]):
                     raise Refused("bad property for -x")
                 k += 2
             else:
@@ -151,6 +170,76 @@ def check(argv: Sequence[str], prefixes: Sequence[str]) -> list[str]:
             raise Refused("only zfs create -p NAME is allowed")
         return ["zfs", "create", "-p", _under(names[0], prefixes)]
     raise Refused(f"zfs {sub} is not allowed")
+
+
+def declares_filesystem(zfs_argv: Sequence[str]) -> bool:
+    """A receive whose source says its stream is a file system (ZDS sources exclude the
+    mountpoint and set canmount only for file systems: volumes refuse both)."""
+    args = list(zfs_argv)
+    return any((a == "-x" and b == "mountpoint") or (a == "-o" and b.startswith("canmount="))
+               for a, b in itertools.pairwise(args))
+
+
+def harden_receive(zfs_argv: Sequence[str], filesystem: bool) -> list[str]:
+    """``zfs receive`` as checked by :func:`check`, with what a file system may not take
+    from the stream forced (the source's own ``-o``/``-x`` of those properties are
+    replaced, since ``zfs receive`` refuses a property given twice)."""
+    *head, name = zfs_argv
+    if not filesystem:
+        return [*head, name]
+    forced = set(replica_guard.FS_EXCLUDE) | set(replica_guard.FS_OVERRIDE)
+    kept: list[str] = []
+    k = 2
+    while k < len(head):
+        if head[k] in ("-o", "-x"):
+            prop = head[k + 1].partition("=")[0]
+            if prop not in forced:
+                kept += head[k:k + 2]
+            k += 2
+        else:
+            kept.append(head[k])
+            k += 1
+    for prop in replica_guard.FS_EXCLUDE:
+        kept += ["-x", prop]
+    for prop, value in replica_guard.FS_OVERRIDE.items():
+        kept += ["-o", f"{prop}={value}"]
+    return [*head[:2], *kept, name]
+
+
+def dataset_type(name: str, run: replica_guard.Runner) -> str | None:
+    """``filesystem`` or ``volume`` for an existing dataset, None when there is none."""
+    rc, out = run(["zfs", "get", "-H", "-p", "-o", "value", "type", name])
+    return out.strip() if rc == 0 and out.strip() in ("filesystem", "volume") else None
+
+
+def run_receive(zfs_argv: Sequence[str], run: replica_guard.Runner) -> int:
+    """Runs the receive with the gate's stdin (the stream), then checks what landed.
+
+    The gate waits instead of exec'ing so the check always follows: it ignores the
+    hang-up of a closing session and passes TERM/INT on to the receive (which then saves
+    its resumable state), and its own messages may find stderr gone."""
+    child = subprocess.Popen(list(zfs_argv))
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: child.send_signal(signum))
+    rc = child.wait()
+    try:
+        reset = replica_guard.check_dataset(zfs_argv[-1], run)
+    except RuntimeError as exc:
+        _say(f"zds-gate: refused: could not make {zfs_argv[-1]} safe: {exc}")
+        return 1
+    if reset:
+        _say(f"zds-gate: refused: the stream for {zfs_argv[-1]} tried to mount, share or "
+             f"execute ({'; '.join(reset)} done)")
+        return 1
+    return rc
+
+
+def _say(text: str) -> None:
+    # the SSH session may be gone: the check happened all the same
+    with contextlib.suppress(OSError):
+        print(text, file=sys.stderr, flush=True)
 
 
 def port_range(text: str) -> range:
@@ -184,28 +273,29 @@ def accept_source(listener: socket.socket, client: str, token: bytes,
     other addresses are closed and ignored; a wrong token from ``client`` is refused
     (nothing is received from it)."""
     deadline = time.monotonic() + timeout
+    wrong = 0
     while True:
         listener.settimeout(max(0.0, deadline - time.monotonic()))
         try:
             conn, peer = listener.accept()
         except (TimeoutError, BlockingIOError):
-            raise Refused(f"no data connection from {client} within {timeout:.0f} s") from None
-        if _same_address(peer[0], client):
+            why = f"{wrong} connection(s) did not present the token" if wrong else \
+                "nothing connected"
+            raise Refused(f"no data connection from {client} within {timeout:.0f} s "
+                          f"({why})") from None
+        if not _same_address(peer[0], client):
+            conn.close()
+            continue
+        # a connection without the token (a port scan, a stray client behind the same
+        # NAT) is dropped and the gate keeps waiting: it must not end the transfer
+        conn.settimeout(max(0.1, min(5.0, deadline - time.monotonic())))
+        if _read_token(conn, len(token), token):
             break
         conn.close()
-    conn.settimeout(timeout)
-    got = b""
-    try:
-        while len(got) < len(token):
-            chunk = conn.recv(len(token) - len(got))
-            if not chunk:
-                break
-            got += chunk
-    except TimeoutError:
-        pass
-    if not hmac.compare_digest(got, token):
-        conn.close()
-        raise Refused(f"the data connection from {client} did not present the token")
+        wrong += 1
+        if wrong >= MAX_WRONG_CONNECTIONS:
+            raise Refused(f"{wrong} data connections from {client} did not present the "
+                          "token")
     conn.settimeout(None)
     # a source that vanishes (link down, power off) must not leave the receive waiting
     # forever: the kernel probes an idle connection after 30 s and gives up after 60 more
@@ -214,6 +304,19 @@ def accept_source(listener: socket.socket, client: str, token: bytes,
         if hasattr(socket, opt):
             conn.setsockopt(socket.IPPROTO_TCP, getattr(socket, opt), value)
     return conn
+
+
+def _read_token(conn: socket.socket, size: int, token: bytes) -> bool:
+    got = b""
+    try:
+        while len(got) < size:
+            chunk = conn.recv(size - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except OSError:  # timed out or reset
+        return False
+    return hmac.compare_digest(got, token)
 
 
 def _same_address(a: str, b: str) -> bool:
@@ -247,7 +350,10 @@ def _refused(exc: Exception, key: str) -> int:
     return 1
 
 
-def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = None,
+         run: replica_guard.Runner = replica_guard.run_command) -> int:
+    """The forced command. With ``environ`` (tests) it prints what would run instead of
+    running it, asking ``run`` about the target as it would."""
     ap = argparse.ArgumentParser(prog="zds-gate")
     ap.add_argument("--name", required=True)
     ap.add_argument("--prefix", action="append", required=True)
@@ -259,10 +365,15 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
         command = shlex.split(original)
         via_tcp = command[:1] == [VIA_TCP]
         zfs_argv = check(command[1:] if via_tcp else command, args.prefix)
-        if via_tcp and (zfs_argv[1] != "receive" or "-A" in zfs_argv):
+        receive = zfs_argv[1] == "receive" and "-A" not in zfs_argv
+        if via_tcp and not receive:
             raise Refused("via-tcp is for a receive only")
     except (Refused, ValueError) as exc:
         return _refused(exc, args.name)
+    if receive:
+        filesystem = declares_filesystem(zfs_argv) or \
+            dataset_type(zfs_argv[-1], run) == "filesystem"
+        zfs_argv = harden_receive(zfs_argv, filesystem)
     if environ is not None:  # tests: say what would run
         print(shlex.join([VIA_TCP, *zfs_argv] if via_tcp else zfs_argv))
         return 0
@@ -273,6 +384,8 @@ def main(argv: Sequence[str] | None = None, environ: dict[str, str] | None = Non
             return _refused(exc, args.name)
         os.dup2(data.fileno(), 0)  # the receive reads the socket: no copy by Python
         data.close()
+    if receive:
+        return run_receive(zfs_argv, run)
     os.execvp("zfs", zfs_argv)
     return 127  # pragma: no cover - exec does not return
 

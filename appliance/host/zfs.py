@@ -35,6 +35,7 @@ a device in use or missing ``Conflict``/``NotFound``; a malformed name, property
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
 import time
@@ -51,7 +52,10 @@ from appliance.errors import (
     Unavailable,
     ZdsError,
 )
+from appliance.host import replica_guard
 from appliance.host.run import CommandError, Runner
+
+log = logging.getLogger(__name__)
 
 VdevKind = Literal["disk", "mirror", "raidz1", "raidz2", "raidz3"]
 
@@ -851,8 +855,13 @@ class Zfs:
         A pool another system (another hostid) used last and did not export is
         ``Conflict`` unless ``force`` (``zpool import -f``): forcing a pool that the other
         system still has imported corrupts it.
+
+        Imported without mounting (``-N``); then whatever a replication stream set to
+        mount or share a file system somewhere is reset (:mod:`replica_guard`, the same
+        check the boot unit runs before ``zfs mount -a``), and only then is the pool
+        mounted.
         """
-        flags = ["-f"] if force else []
+        flags = ["-N", "-f"] if force else ["-N"]
         try:
             self._run(["zpool", "import", *flags, _arg_name(pool)], timeout=300)
         except NotFound:
@@ -860,6 +869,18 @@ class Zfs:
             if not dirs:
                 raise
             self._run(["zpool", "import", *flags, *dirs, _arg_name(pool)], timeout=300)
+        try:
+            fixed = replica_guard.sweep([pool], self._guard_run)
+        except RuntimeError as exc:
+            raise HostCommandFailed(f"pool {pool} was imported but not mounted: {exc}") \
+                from exc
+        for line in fixed:
+            log.warning("pool %s: %s (the value came from a replication stream)", pool, line)
+        self._run(["zfs", "mount", "-a"], timeout=300)
+
+    def _guard_run(self, argv: Sequence[str]) -> tuple[int, str]:
+        result = self.runner.run(argv, check=False, timeout=300)
+        return result.returncode, result.stdout + result.stderr
 
     def _scan(self, dirs: list[str]) -> list[str]:
         result = self.runner.run(["zpool", "import", *dirs], check=False, timeout=120)

@@ -588,7 +588,7 @@ def test_gate_data_connection_needs_the_token_and_the_ssh_client() -> None:
     t = threading.Thread(target=connect, args=(b"x" * sshgate.TOKEN_BYTES,))
     t.start()
     with pytest.raises(sshgate.Refused, match="did not present the token"):
-        sshgate.accept_source(listener, "127.0.0.1", token, timeout=5)
+        sshgate.accept_source(listener, "127.0.0.1", token, timeout=2)
     t.join()
     # a connection from another address than the SSH client's is ignored (then: timeout)
     t = threading.Thread(target=connect, args=(token,))

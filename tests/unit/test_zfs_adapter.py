@@ -239,14 +239,15 @@ def test_import_scans_disks_and_sparse_file_dirs(tmp_path: Path) -> None:
     assert zfs.importable_pools() == ["demo"]
     assert runner.calls == [("zpool", "import"), ("zpool", "import", "-d", demo)]
     runner.calls.clear()
-    runner.on(["zpool", "import", "demo"], returncode=1,
+    runner.on(["zpool", "import", "-N", "demo"], returncode=1,
               stderr="cannot import 'demo': no such pool available")
     zfs.import_pool("demo")
-    assert runner.calls == [("zpool", "import", "demo"), ("zpool", "import", "-d", demo, "demo")]
+    assert runner.calls[:2] == [("zpool", "import", "-N", "demo"),
+                                ("zpool", "import", "-N", "-d", demo, "demo")]
     runner.calls.clear()
-    runner.on(["zpool", "import", "-d", demo, "nope"], returncode=1,
+    runner.on(["zpool", "import", "-N", "-d", demo, "nope"], returncode=1,
               stderr="cannot import 'nope': no such pool available")
-    runner.on(["zpool", "import", "nope"], returncode=1,
+    runner.on(["zpool", "import", "-N", "nope"], returncode=1,
               stderr="cannot import 'nope': no such pool available")
     with pytest.raises(NotFound):
         zfs.import_pool("nope")
@@ -355,11 +356,31 @@ def test_destroy_other_conflicts_are_not_retried() -> None:
 
 def test_import_of_a_pool_another_system_used_is_conflict_unless_forced() -> None:
     zfs, runner = make()
-    runner.on(["zpool", "import", "tank"], returncode=1, stderr=(
+    runner.on(["zpool", "import", "-N", "tank"], returncode=1, stderr=(
         "cannot import 'tank': pool was previously in use from another system.\n"
         "Last accessed by zds (hostid=9a1b2c3d) at Sun Nov 22 04:10:28 2026\n"
         "The pool can be imported, use 'zpool import -f' to import the pool."))
     with pytest.raises(Conflict, match="another system"):
         zfs.import_pool("tank")
+    runner.calls.clear()
     zfs.import_pool("tank", force=True)
-    assert runner.calls[-1] == ("zpool", "import", "-f", "tank")
+    assert runner.calls[0] == ("zpool", "import", "-N", "-f", "tank")
+
+
+def test_import_resets_what_a_stream_set_to_mount_before_anything_mounts() -> None:
+    """A replica received with mountpoint=/usr/local/sbin must never be mounted there
+    (issue 22): the pool is imported with -N, the received mount settings are reset,
+    and only then does ``zfs mount -a`` run."""
+    zfs, runner = make()
+    runner.on(["zfs", "get"], stdout=(
+        "tank/replicas/evil\tmountpoint\t/usr/local/sbin\treceived\n"
+        "tank/replicas/evil\tsharenfs\trw\treceived\n"))
+    zfs.import_pool("tank")
+    calls = runner.calls
+    assert calls[0] == ("zpool", "import", "-N", "tank")
+    assert calls[1][:4] == ("zfs", "get", "-H", "-p") and "-s" in calls[1] \
+        and calls[1][calls[1].index("-s") + 1] == "received" and calls[1][-1] == "tank"
+    assert calls[2:] == [("zfs", "inherit", "mountpoint", "tank/replicas/evil"),
+                         ("zfs", "inherit", "sharenfs", "tank/replicas/evil"),
+                         ("zfs", "set", "canmount=noauto", "tank/replicas/evil"),
+                         ("zfs", "mount", "-a")]
