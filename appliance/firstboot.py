@@ -1,10 +1,13 @@
 """First boot (runs every boot, idempotent): TLS certificate, admin token, default pool.
 
-The admin token comes from QEMU fw_cfg ``opt/zds/admin-token`` when the host passed one,
-else from the token file, else it is made now; it is written to a root-only file and
-printed (the unit sends stdout to the console). SSH public keys the hypervisor hands in
-(fw_cfg ``opt/zds/ssh-authorized-keys``, one per line: the Vagrant box uses it) are added
-to root's authorized_keys. Pools found on the disks but not imported
+On the first boot only (no token recorded yet and no record that it ran), the admin token
+comes from QEMU fw_cfg ``opt/zds/admin-token`` when the host passed one, else from the
+token file, else it is made now; it is written to a root-only file and printed once (the
+unit sends stdout to the console). Later boots import nothing, so a revoked token stays
+revoked, and print nothing secret. SSH public keys the hypervisor hands in (fw_cfg
+``opt/zds/ssh-authorized-keys``, one per line: the Vagrant box uses it) are added to
+root's authorized_keys on the first boot only too, so a key Vagrant replaced (or an
+admin removed) never comes back. Pools found on the disks but not imported
 (a new system disk) are imported, without force. The default pool is made only when no
 pool is imported or importable: on the configured disks, else on sparse files (a demo
 pool, labelled as such).
@@ -20,12 +23,15 @@ from appliance.engine import Engine
 from appliance.errors import InvalidInput, ZdsError
 from appliance.services.pools import PoolRequest, VdevRequest
 
+# recorded once the first boot has taken its admin token and SSH keys
+ADMIN_TOKEN_FACT = "firstboot_admin_token"
+
 
 @dataclass
 class FirstbootResult:
     certificate_created: bool
-    token: str
-    token_source: str  # fw_cfg | file | new
+    token: str | None  # on the first boot only: later boots never show it again
+    token_source: str  # fw_cfg | file | new | kept (not the first boot)
     pool: str | None
     pool_created: bool
     demo_pool: bool
@@ -40,16 +46,23 @@ def run_firstboot(engine: Engine, pool_timeout: float = 300.0) -> FirstbootResul
     cert = local.ensure_tls_certificate(s.tls_cert, s.tls_key, local.hostname()) if s.tls \
         else False
 
-    token = local.read_fw_cfg(s.fw_cfg_dir, "admin-token")
-    source = "fw_cfg"
-    if not token:
-        token, source = local.read_text(s.admin_token_file) or "", "file"
-    if not token:
-        token, source = engine.tokens.create("admin", "admin"), "new"
-    else:
-        engine.tokens.create("admin" if source == "file" else "admin-fwcfg", "admin", token)
-    local.write_secret(s.admin_token_file, token)
-    keys_added = _fw_cfg_ssh_keys(engine, msgs)
+    store = engine.ctx.store
+    token: str | None = None
+    source, keys_added = "kept", 0
+    if store.get_fact(ADMIN_TOKEN_FACT) is None and not engine.tokens.list():
+        token = local.read_fw_cfg(s.fw_cfg_dir, "admin-token")
+        source = "fw_cfg"
+        if not token:
+            token, source = local.read_text(s.admin_token_file) or "", "file"
+        if not token:
+            token, source = engine.tokens.create("admin", "admin"), "new"
+        else:
+            engine.tokens.create("admin" if source == "file" else "admin-fwcfg", "admin",
+                                 token)
+        local.write_secret(s.admin_token_file, token)
+        keys_added = _fw_cfg_ssh_keys(engine, msgs)
+    # also on an appliance older than this record: its tokens are the admin's now
+    store.set_fact(ADMIN_TOKEN_FACT, source)
 
     pool, created, demo = None, False, False
     if engine.ctx.zfs.available():

@@ -62,6 +62,11 @@ CREATE TABLE IF NOT EXISTS counters (
     name TEXT PRIMARY KEY,
     value INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS facts (
+    name TEXT PRIMARY KEY,
+    value TEXT NOT NULL,
+    recorded REAL NOT NULL
+);
 """
 
 FIRST_EXPORT_ID = 100  # ids below are ganesha's own (0 = pseudo root) or the admin's
@@ -217,6 +222,18 @@ class Store:
         with self.connect() as db:
             cur = db.execute("DELETE FROM tokens WHERE id=?", (token_id,))
         return cur.rowcount > 0
+
+    # one-time facts of this appliance ("first boot imported the admin token"): written
+    # once, never changed by a later boot
+    def get_fact(self, name: str) -> str | None:
+        with self.connect() as db:
+            row = db.execute("SELECT value FROM facts WHERE name=?", (name,)).fetchone()
+        return str(row["value"]) if row else None
+
+    def set_fact(self, name: str, value: str) -> None:
+        with self.connect() as db:
+            db.execute("INSERT OR IGNORE INTO facts (name, value, recorded) VALUES (?,?,?)",
+                       (name, value, time.time()))
 
 
 # Parsed specs by their JSON text: the list, drift, the watcher and the collector read

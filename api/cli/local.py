@@ -105,8 +105,12 @@ def cmd_firstboot(args: argparse.Namespace) -> int:
     for msg in result.messages:
         print(f"zds: {msg}")
     print("=" * 72)
-    print(f"ZDS appliance ready. Admin API token (also in {settings.admin_token_file}):")
-    print(f"  {result.token}")
+    if result.token:  # the first boot: shown once, never again at a later boot
+        print(f"ZDS appliance ready. Admin API token (also in {settings.admin_token_file}):")
+        print(f"  {result.token}")
+    else:
+        print(f"ZDS appliance ready. The admin API token was shown at the first boot "
+              f"(root can read {settings.admin_token_file}; `zds token create` makes more)")
     if result.demo_pool:
         print(f"  pool {result.pool!r} is a DEMO pool on sparse files: not for real data")
     print("=" * 72)

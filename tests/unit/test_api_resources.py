@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
@@ -340,11 +341,55 @@ def test_firstboot_demo_pool_and_token(tmp_path: Path) -> None:
     result = run_firstboot(engine)
     assert result.pool == "tank" and result.pool_created and result.demo_pool
     assert result.token_source == "fw_cfg"
-    assert engine.tokens.verify(result.token).role == "admin"
+    assert result.token is not None and engine.tokens.verify(result.token).role == "admin"
     assert local.files[str(settings.admin_token_file)] == result.token
-    again = run_firstboot(engine)  # idempotent
-    assert not again.pool_created and again.token == result.token
+    again = run_firstboot(engine)  # idempotent; the token is not shown again
+    assert not again.pool_created and again.token is None and again.token_source == "kept"
     engine.close()
+
+
+def test_a_revoked_admin_token_stays_revoked_across_boots(tmp_path: Path) -> None:
+    """Issue 22 item 5: first boot used to import the fw_cfg/file token again whenever
+    its id was missing, i.e. after every revoke."""
+    from appliance.errors import Unauthorized
+    from appliance.firstboot import run_firstboot
+    from appliance.host.factory import fake_hosts
+    from appliance.settings import Settings
+
+    settings = Settings().with_state_dir(tmp_path)
+    hosts = fake_hosts(None, disks={})
+    token = "zds_0123456789ab_" + "t" * 43
+    hosts.local.fw_cfg["admin-token"] = token
+    engine = Engine.create(settings, hosts.adapters())
+    try:
+        assert run_firstboot(engine).token == token
+        engine.tokens.create("ops", "admin")
+        engine.tokens.revoke("0123456789ab")
+        for _ in range(2):  # the next boots, fw_cfg and the token file still there
+            assert run_firstboot(engine).token is None
+            with pytest.raises(Unauthorized):
+                engine.tokens.verify(token)
+    finally:
+        engine.close()
+
+
+def test_an_appliance_older_than_the_record_imports_nothing(tmp_path: Path) -> None:
+    """Tokens exist but no record of first boot (an update): not a first boot."""
+    from appliance.firstboot import ADMIN_TOKEN_FACT, run_firstboot
+    from appliance.host.factory import fake_hosts
+    from appliance.settings import Settings
+
+    settings = Settings().with_state_dir(tmp_path)
+    hosts = fake_hosts(None, disks={})
+    hosts.local.fw_cfg["admin-token"] = "zds_0123456789ab_" + "t" * 43
+    engine = Engine.create(settings, hosts.adapters())
+    try:
+        engine.tokens.create("admin", "admin")
+        result = run_firstboot(engine)
+        assert result.token is None and len(engine.tokens.list()) == 1
+        assert engine.ctx.store.get_fact(ADMIN_TOKEN_FACT) == "kept"
+    finally:
+        engine.close()
 
 
 def test_firstboot_imports_the_pool_a_new_system_disk_finds(tmp_path: Path) -> None:

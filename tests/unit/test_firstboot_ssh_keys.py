@@ -1,5 +1,6 @@
 """SSH keys from the hypervisor: fw_cfg opt/zds/ssh-authorized-keys is added to root's
-authorized_keys at every boot (the Vagrant box logs in this way), only plain key lines."""
+authorized_keys on the first boot (the Vagrant box logs in this way, then replaces the
+key), only plain key lines, and never again: a key removed stays removed."""
 
 from __future__ import annotations
 
@@ -62,6 +63,11 @@ def test_firstboot_adds_the_fw_cfg_keys_once(tmp_path: Path) -> None:
         again = run_firstboot(engine)  # every boot: nothing new, nothing doubled
         assert again.ssh_keys_added == 0
         assert files[str(settings.root_authorized_keys)].splitlines() == [ED, RSA]
+        # Vagrant swapped its insecure key for a key of its own (issue 22 item 6): the
+        # next boot must not put the insecure one back
+        files[str(settings.root_authorized_keys)] = RSA + "\n"
+        assert run_firstboot(engine).ssh_keys_added == 0
+        assert files[str(settings.root_authorized_keys)].splitlines() == [RSA]
     finally:
         engine.close()
 
