@@ -91,18 +91,19 @@ def fixes(props: Iterable[Prop], *, received_only: bool = False) -> list[list[st
             return p.source == "received" if received_only else \
                 p.source in ("local", "received")
 
-        moved = False
-        for name in FS_EXCLUDE:
-            if suspect(name, ("none", "legacy") if name == "mountpoint" else ("off",)):
-                argvs.append(["zfs", "inherit", name, ds])
-                moved = moved or name == "mountpoint"
+        inherits = [["zfs", "inherit", name, ds] for name in FS_EXCLUDE
+                    if suspect(name, ("none", "legacy") if name == "mountpoint" else ("off",))]
+        moved = any(a[2] == "mountpoint" for a in inherits)
         # the sweep reads only received values, so a default canmount=on is not in
-        # ``got``: a file system whose mountpoint came from a stream is made noauto
+        # ``got``: a file system whose mountpoint came from a stream is made noauto.
+        # canmount goes first: ``zfs inherit mountpoint`` mounts a canmount=on file
+        # system at its new place (seen on OpenZFS 2.3)
         canmount = got.get("canmount")
         mounts_itself = canmount.value == "on" if canmount is not None else moved
-        if mounts_itself and (moved or not received_only or (canmount is not None
-                              and canmount.source == "received")):
+        if mounts_itself and (moved or not received_only or (
+                canmount is not None and canmount.source == "received")):
             argvs.append(["zfs", "set", "canmount=noauto", ds])
+        argvs += inherits
         if not received_only:
             for name, safe in FS_OVERRIDE.items():
                 current = got.get(name)

@@ -108,6 +108,10 @@ def test_a_hostile_file_system_is_reset() -> None:
     assert ["zfs", "set", "canmount=noauto", DS] in fixes
     assert {"setuid=off", "exec=off", "devices=off"} <= {f[2] for f in fixes if f[1] == "set"}
     assert ["zfs", "inherit", "sharesmb", DS] not in fixes  # already off
+    # zfs inherit mountpoint mounts a canmount=on file system at its new place (seen on
+    # the appliance): canmount must be off first
+    assert fixes.index(["zfs", "set", "canmount=noauto", DS]) < \
+        fixes.index(["zfs", "inherit", "mountpoint", DS])
 
 
 def test_a_protected_file_system_and_a_volume_need_nothing() -> None:
@@ -127,7 +131,7 @@ def test_the_boot_sweep_touches_only_what_came_from_a_stream() -> None:
              Prop(DS, "mountpoint", "/etc/cron.d", "received"),
              Prop(DS, "canmount", "on", "default")]
     assert replica_guard.fixes(props, received_only=True) == [
-        ["zfs", "inherit", "mountpoint", DS], ["zfs", "set", "canmount=noauto", DS]]
+        ["zfs", "set", "canmount=noauto", DS], ["zfs", "inherit", "mountpoint", DS]]
 
 
 STAND_IN_ZFS = """#!/bin/sh

@@ -380,7 +380,8 @@ def test_import_resets_what_a_stream_set_to_mount_before_anything_mounts() -> No
     assert calls[0] == ("zpool", "import", "-N", "tank")
     assert calls[1][:4] == ("zfs", "get", "-H", "-p") and "-s" in calls[1] \
         and calls[1][calls[1].index("-s") + 1] == "received" and calls[1][-1] == "tank"
-    assert calls[2:] == [("zfs", "inherit", "mountpoint", "tank/replicas/evil"),
+    # canmount first: zfs inherit mountpoint would mount a canmount=on file system
+    assert calls[2:] == [("zfs", "set", "canmount=noauto", "tank/replicas/evil"),
+                         ("zfs", "inherit", "mountpoint", "tank/replicas/evil"),
                          ("zfs", "inherit", "sharenfs", "tank/replicas/evil"),
-                         ("zfs", "set", "canmount=noauto", "tank/replicas/evil"),
                          ("zfs", "mount", "-a")]
