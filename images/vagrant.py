@@ -9,7 +9,9 @@ is enough), 2 vCPU / 4 GiB, two empty virtio data disks with the serials ``zdsda
 ``zdsdata1`` that first boot makes the mirrored pool ``tank`` of, and the forwards of
 the repository's Vagrantfile on 127.0.0.1. The appliance has no vagrant user: Vagrant logs
 in as root with its insecure key, which the box hands to the appliance by QEMU fw_cfg
-(``opt/zds/ssh-authorized-keys``; first boot adds it to root's authorized_keys).
+(``opt/zds/ssh-authorized-keys``; the first boot only adds it to root's authorized_keys),
+and at once replaces it with a key pair of its own (``insert_key``, Vagrant's default), so
+the well-known key opens nothing after ``vagrant up`` and no later boot adds it back.
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ VAGRANTFILE = """\
 # Settings below are the box's defaults; the Vagrantfile of `vagrant init` can override them.
 Vagrant.configure("2") do |config|
   # No vagrant user in the appliance: root, with Vagrant's insecure key handed in by
-  # fw_cfg (first boot adds it to /root/.ssh/authorized_keys at every boot).
+  # fw_cfg for the first login only (the first boot adds it to /root/.ssh/authorized_keys,
+  # later boots never again); Vagrant then swaps it for a key pair of its own.
   config.ssh.username = "root"
-  config.ssh.insert_key = false
+  config.ssh.insert_key = true
   config.vm.synced_folder ".", "/vagrant", disabled: true
   config.vm.box_check_update = false
 {forwards}

@@ -41,6 +41,8 @@ def test_box_is_a_tar_of_metadata_vagrantfile_and_disk(tmp_path: Path) -> None:
                  "name=opt/zds/ssh-authorized-keys,string=#{insecure_key}"):
         assert line in text, line
     assert text.count('host_ip: "127.0.0.1"') == text.count("forwarded_port") == 5
+    # Vagrant replaces its well-known key at the first login (issue 22 item 6)
+    assert "config.ssh.insert_key = true" in text and "insert_key = false" not in text
 
 
 @needs_vagrant
