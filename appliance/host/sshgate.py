@@ -59,7 +59,7 @@ class Refused(Exception):
 
 
 def _under(name: str, prefixes: Sequence[str]) -> str:
-    if not _NAME.match(name) or "//" in name or name.endswith("/"):
+    if not _NAME.fullmatch(name) or "//" in name or name.endswith("/"):
         raise Refused(f"invalid dataset name {name!r}")
     base = name.split("@", 1)[0]
     if not any(base == p or base.startswith(p + "/") for p in prefixes):
@@ -104,11 +104,11 @@ def check(argv: Sequence[str], prefixes: Sequence[str]) -> list[str]:
     if sub in ("list", "get"):
         opts, names = _options(rest, "Hpr", "dtos")
         for k in range(0, len(opts) - 1):
-            if opts[k] in ("-d", "-t", "-o", "-s") and not _LIST.match(opts[k + 1]) and not (
-                    opts[k] == "-d" and opts[k + 1].isdigit()):
+            if opts[k] in ("-d", "-t", "-o", "-s") and not _LIST.fullmatch(
+                    opts[k + 1]) and not (opts[k] == "-d" and opts[k + 1].isdigit()):
                 raise Refused(f"bad value for {opts[k]}")
         if sub == "get":
-            if not names or not _LIST.match(names[0]):
+            if not names or not _LIST.fullmatch(names[0]):
                 raise Refused("zfs get needs a property list")
             props, names = [names[0]], names[1:]
         else:
@@ -131,13 +131,13 @@ def check(argv: Sequence[str], prefixes: Sequence[str]) -> list[str]:
             if opts[k] == "-o":
                 key, sep, value = opts[k + 1].partition("=")
                 allowed = _SETTABLE.get(key)
-                if not sep or (not (key.startswith("zds:") and _PROP.match(key)
+                if not sep or (not (key.startswith("zds:") and _PROP.fullmatch(key)
                                    and "\n" not in value) and not (
                                        allowed and value in allowed)):
                     raise Refused(f"receive may not set {key}")
                 k += 2
             elif opts[k] == "-x":
-                if not _PROP.match(opts[k + 1]):
+                if not _PROP.fullmatch(opts[k + 1]):
                     raise Refused("bad property for -x")
                 k += 2
             else:

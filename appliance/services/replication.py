@@ -23,7 +23,6 @@ from __future__ import annotations
 import builtins
 import ipaddress
 import logging
-import re
 import threading
 import time
 import uuid
@@ -252,8 +251,7 @@ class ReplicationService:
         host = host_name(t.host)
         if not isinstance(t.port, int) or not 1 <= t.port <= 65535:
             raise InvalidInput(f"invalid port {t.port!r}: 1-65535")
-        if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", t.user or ""):
-            raise InvalidInput(f"invalid user {t.user!r}: a Unix user name")
+        validate.unix_user(t.user)
         dataset = require_dataset_name(t.dataset, "target dataset")
         if "/" not in dataset:
             raise InvalidInput("the target dataset must be below a pool (pool/replicas/NAME), "
