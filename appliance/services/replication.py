@@ -61,7 +61,13 @@ from appliance.host.zfs_send import (
     ZfsSendHost,
 )
 from appliance.jobs import Job, JobCancelled, JobContext
-from appliance.model import DATASTORE_PARENT, DatastoreRecord, datastore_dataset, naa_wwn
+from appliance.model import (
+    DATASTORE_PARENT,
+    DatastoreRecord,
+    datastore_dataset,
+    naa_wwn,
+    zds_dataset,
+)
 from appliance.reconciler import Reconciler
 from appliance.replication import plan as planner
 from appliance.replication.model import (
@@ -399,8 +405,21 @@ class ReplicationService:
                               tuple(_source(s) for s in sources))
         with self.ctx.lock.hold(f"authorize replication key {name}"):
             for other in self.records.source_keys():
-                if other.name != name and other.public_key == entry.public_key:
+                if other.name == name:
+                    continue
+                if other.public_key == entry.public_key:
                     raise Conflict(f"that key is authorized already as {other.name!r}")
+                if _nested(entry.prefix, other.prefix):
+                    # the gate lets a key receive, abort receives and create datasets
+                    # anywhere below its prefix: nested prefixes let one source reach the
+                    # other's replicas
+                    raise Conflict(
+                        f"the dataset prefix {entry.prefix} overlaps {other.prefix}, "
+                        f"authorized for key {other.name}: one source could receive into "
+                        "(or drop the receives of) the other's replicas. Give each key a "
+                        "dataset of its own, neither inside the other (e.g. "
+                        f"{entry.prefix.split('/')[0]}/replicas/{name}). Nothing was changed",
+                        detail={"key": other.name, "dataset_prefix": other.prefix})
             created = all(k.name != name for k in self.records.source_keys())
             if self.ctx.zfs.get_dataset(entry.prefix, ("type",)) is None:
                 self.ctx.zfs.create_filesystem(entry.prefix, {"canmount": "off"})
@@ -415,9 +434,13 @@ class ReplicationService:
             raise InvalidInput("the prefix must be a dataset below a pool (e.g. "
                                "tank/replicas/zds1): a whole pool would let the source "
                                "overwrite its datastores")
-        if parts[1] == DATASTORE_PARENT:
-            raise InvalidInput(f"the prefix may not be in {parts[0]}/{DATASTORE_PARENT}: "
-                               "datastores there are served")
+        own = zds_dataset(prefix)
+        if own is not None:
+            why = ("datastores there are served" if parts[1] == DATASTORE_PARENT else
+                   "ZDS keeps its own data there (probe scratch, checks)")
+            raise InvalidInput(f"the prefix {prefix} may not be in {own}: {why}. Use a "
+                               f"dataset of its own, e.g. {parts[0]}/replicas/NAME",
+                               detail={"dataset_prefix": prefix, "zds_dataset": own})
         pools = {p.name for p in self.ctx.zfs.list_pools()}
         if parts[0] not in pools:
             raise NotFound(f"pool {parts[0]!r} is not imported here")
@@ -951,6 +974,11 @@ def _refs(snaps: Sequence[DatasetInfo]) -> builtins.list[SnapRef]:
 def _bytes(detail: dict[str, object]) -> int:
     n = detail.get("bytes", 0)
     return n if isinstance(n, int) else 0
+
+
+def _nested(a: str, b: str) -> bool:
+    """``a`` and ``b`` are the same dataset or one lies below the other."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _source(value: str) -> str:

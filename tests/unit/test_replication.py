@@ -477,6 +477,60 @@ def test_authorize_refuses_prefixes_that_would_reach_datastores(pair: tuple[Box,
     assert [k.name for k in dst.ssh.authorized()] == ["zds-a"]
 
 
+@pytest.mark.parametrize("prefix", [
+    "backup/datastores", "backup/datastores/nfs01", "backup/zds-probes",
+    "backup/zds-probes/nfs01-1", "backup/zds-contract", "backup/zds-anything/x"])
+def test_authorize_refuses_prefixes_in_zds_own_datasets(pair: tuple[Box, Box],
+                                                        prefix: str) -> None:
+    _, dst = pair
+    before = dst.zfs.list_datasets("backup")
+    with pytest.raises(InvalidInput) as refused:
+        dst.engine.replication.authorize("other", fake_key("other"), prefix)
+    own = "/".join(prefix.split("/")[:2])
+    assert own in refused.value.message and refused.value.detail["zds_dataset"] == own
+    assert [k.name for k in dst.ssh.authorized()] == ["zds-a"]
+    assert [d.name for d in dst.zfs.list_datasets("backup")] == [d.name for d in before]
+
+
+def test_zds_own_datasets_are_all_known() -> None:
+    """What the refusal above relies on: every dataset ZDS makes in a pool is
+    POOL/datastores or POOL/zds-*."""
+    from appliance.host.contract import zfs_checks, zfs_send_checks
+    from appliance.model import OWN_PREFIX, zds_dataset
+    from appliance.probes import safety
+    for child in (safety.SCRATCH_PARENT, zfs_checks.SCRATCH, zfs_send_checks.SCRATCH):
+        assert child.startswith(OWN_PREFIX), child
+    assert zds_dataset("tank") == "tank"
+    assert zds_dataset("tank/datastores/a/b") == "tank/datastores"
+    assert zds_dataset("tank/zds-probes") == "tank/zds-probes"
+    assert zds_dataset("tank/replicas/zds-probes") is None
+    assert zds_dataset("tank/datastores2") is None
+
+
+@pytest.mark.parametrize("prefix", [PREFIX, f"{PREFIX}/b", "backup/replicas", "backup"])
+def test_authorize_refuses_prefixes_that_nest_with_another_key(pair: tuple[Box, Box],
+                                                               prefix: str) -> None:
+    _, dst = pair
+    before = [d.name for d in dst.zfs.list_datasets("backup")]
+    error = InvalidInput if prefix == "backup" else Conflict  # a pool: refused anyway
+    with pytest.raises(error) as refused:
+        dst.engine.replication.authorize("zds-c", fake_key("zds-c"), prefix)
+    if error is Conflict:
+        msg = refused.value.message
+        assert PREFIX in msg and "zds-a" in msg and prefix in msg, msg
+        assert refused.value.detail == {"key": "zds-a", "dataset_prefix": PREFIX}
+    assert [k.name for k in dst.ssh.authorized()] == ["zds-a"]
+    assert [d.name for d in dst.zfs.list_datasets("backup")] == before
+    # siblings are fine, and a key may keep (or move within) its own prefix
+    entry, created = dst.engine.replication.authorize("zds-c", fake_key("zds-c"),
+                                                      "backup/replicas/zds-c")
+    assert created and entry.prefix == "backup/replicas/zds-c"
+    dst.engine.replication.authorize("zds-a", dst.engine.replication.authorized_keys()[0]
+                                     .public_key, f"{PREFIX}/moved")
+    assert {k.name: k.prefix for k in dst.ssh.authorized()} == {
+        "zds-a": f"{PREFIX}/moved", "zds-c": "backup/replicas/zds-c"}
+
+
 # --- scheduling -----------------------------------------------------------------------------
 
 def replication_runs(jobs: list[Job]) -> list[Job]:

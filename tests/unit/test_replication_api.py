@@ -143,6 +143,21 @@ def test_refusals_use_the_error_envelope(apis: tuple[Box, TestClient, Box, TestC
     err(b.put("/api/v1/replication/authorized-keys/x", json={
         "public_key": src.ssh.public_key(), "dataset_prefix": "backup"}), 422, "invalid_input")
     err(b.delete("/api/v1/replication/authorized-keys/x"), 404, "not_found")
+    # a prefix in ZDS's own datasets (422), or nested with another key's (409)
+    msg = err(b.put("/api/v1/replication/authorized-keys/x", json={
+        "public_key": src.ssh.public_key(), "dataset_prefix": "backup/zds-probes/x"}), 422,
+        "invalid_input")
+    assert "backup/zds-probes" in msg
+    ok(b.put("/api/v1/replication/authorized-keys/zds-c", json={
+        "public_key": dst.ssh.public_key(), "dataset_prefix": "backup/replicas/zds-c"}), 201)
+    resp = b.put("/api/v1/replication/authorized-keys/x", json={
+        "public_key": src.ssh.public_key(), "dataset_prefix": "backup/replicas/zds-c/b"})
+    assert "backup/replicas/zds-c" in err(resp, 409, "conflict") and \
+        "zds-c" in resp.json()["error"]["message"]
+    assert resp.json()["error"]["detail"] == {"key": "zds-c",
+                                              "dataset_prefix": "backup/replicas/zds-c"}
+    ok(b.delete("/api/v1/replication/authorized-keys/zds-c"), 204)
+    assert ok(b.get("/api/v1/replication/authorized-keys")) == []
     err(b.post("/api/v1/replications/r1/promote"), 404, "not_found")
     # readonly tokens read only
     ro = src.engine.tokens.create("ro", "readonly")
