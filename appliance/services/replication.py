@@ -64,6 +64,7 @@ from appliance.jobs import Job, JobCancelled, JobContext
 from appliance.model import (
     DATASTORE_PARENT,
     DatastoreRecord,
+    DatastoreSpec,
     datastore_dataset,
     naa_wwn,
     zds_dataset,
@@ -178,7 +179,10 @@ class CheckView:
 
 @dataclass(frozen=True)
 class PromoteRequest:
-    """``POST /replications/{name}/promote``: None fields inherit the source's."""
+    """``POST /replications/{name}/promote``. Access (NFS clients, initiators, initiator
+    groups) is what the request gives; a None field is empty, or with ``keep_access`` the
+    source's, as it travelled in the replica's ``zds:access`` (which a source sets as it
+    likes, so it is never taken unasked)."""
 
     name: str | None = None
     identity: Literal["new", "keep"] = "new"
@@ -187,6 +191,7 @@ class PromoteRequest:
     initiators: list[str] | None = None
     initiator_groups: list[str] | None = None
     chap: ChapRequest | None = None
+    keep_access: bool = False
 
 
 @dataclass(frozen=True)
@@ -829,21 +834,23 @@ class ReplicationService:
             raise Conflict(f"{inc.dataset} is not the replica of a ZDS datastore (it has no "
                            "zds:* properties): promote it by hand (zfs rename/set)")
         src = adopted.spec
+        keep = req.keep_access is True
         base = DatastoreRequest(
             protocol=src.protocol, size=src.size, pool=inc.pool, thin=src.thin,
             profile=src.profile,
             nfs_clients=req.nfs_clients if req.nfs_clients is not None else [
-                {"match": c.match, "access": c.access} for c in src.nfs_clients],
-            initiators=req.initiators if req.initiators is not None else list(
-                src.iscsi.initiators),
-            initiator_groups=req.initiator_groups if req.initiator_groups is not None else
-            list(src.iscsi.initiator_groups),
+                {"match": c.match, "access": c.access} for c in src.nfs_clients if keep],
+            initiators=req.initiators if req.initiators is not None else [
+                i for i in src.iscsi.initiators if keep],
+            initiator_groups=req.initiator_groups if req.initiator_groups is not None else [
+                g for g in src.iscsi.initiator_groups if keep],
             chap=req.chap)
-        if adopted.error and req.chap is None:  # the source had CHAP: secrets never travel
+        # the source had CHAP: its secrets never travel, and its initiators relied on it
+        if adopted.error and req.chap is None and keep:
             raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
                            "the replica: give them in the promote body (iscsi.chap)")
         spec = self.datastores.validate_request(new_name, base)
-        notes: builtins.list[str] = []
+        notes: builtins.list[str] = _access_notes(src, req, bool(adopted.error), new_name)
         with self.ctx.lock.hold(f"promote {name}"):
             if self.ctx.store.get_datastore(new_name) is not None:
                 raise Conflict(f"datastore {new_name!r} exists here: promote under another "
@@ -852,6 +859,8 @@ class ReplicationService:
             if zfs.get_dataset(new_dataset, ("type",)) is not None:
                 raise Conflict(f"dataset {new_dataset} exists already")
             records = self.ctx.store.list_datastores()
+            # first, as it may refuse (nfs_path=source): nothing is allocated yet
+            mountpoint = self._promote_path(spec.is_nfs, inc, req, new_name, notes)
             iqn = serial = None
             export_id = None
             if spec.is_nfs:
@@ -878,7 +887,6 @@ class ReplicationService:
                              "re-register the VMs), or `esxcli storage vmfs snapshot mount -l "
                              "LABEL` to keep the signature when the source is gone for good. "
                              "libvirt/KVM: the guest file systems are as they were.")
-            mountpoint = self._promote_path(spec.is_nfs, inc, req, records, notes)
             rec = DatastoreRecord(spec=spec, state="creating", export_id=export_id, iqn=iqn,
                                   serial=serial, created=time.time())
             if inc.resume_pending:
@@ -903,27 +911,44 @@ class ReplicationService:
         return PromoteResult(self.datastores.view_of(rec), notes)
 
     def _promote_path(self, is_nfs: bool, inc: IncomingView, req: PromoteRequest,
-                      records: Sequence[DatastoreRecord], notes: builtins.list[str]
-                      ) -> str | None:
-        """The NFS export path: the source's (ESXi remounts the same share path) unless
-        a datastore here uses it, or ``nfs_path`` says local."""
+                      new_name: str, notes: builtins.list[str]) -> str | None:
+        """The NFS mountpoint (and export path): the source's, so ESXi remounts the same
+        share path, when it is a datastore path of this pool (directly below the
+        mountpoint of ``POOL/datastores``) that no datastore here uses; otherwise, or
+        with ``nfs_path`` local, the path a datastore made here gets. Always explicit: a
+        mountpoint the stream carried must not stay. None for a LUN."""
         if not is_nfs:
             return None
+        view = self.reconciler.read_zfs()
+        parent = view.datasets.get(f"{inc.pool}/{DATASTORE_PARENT}")
+        tree = _absolute(parent.prop("mountpoint") if parent else "") or \
+            f"/{inc.pool}/{DATASTORE_PARENT}"
+        local = f"{tree.rstrip('/')}/{new_name}"
         info = self.ctx.zfs.get_dataset(inc.dataset, ("zds:source_path",))
         source_path = info.prop("zds:source_path") if info else ""
-        if req.nfs_path == "local" or not source_path.startswith("/"):
-            return None
-        view = self.reconciler.read_zfs()
-        used = {ds.prop("mountpoint") for ds in view.datasets.values()}
-        if source_path in used:
+        if req.nfs_path == "local" or not source_path:
+            return local
+        shown = repr(source_path[:200])  # the stream's words: quoted, never trusted
+        kept = _path_below(source_path, tree)
+        if kept is None:
+            why = (f"The source's path {shown} is not a datastore path of this pool "
+                   f"(directly below {tree}): ")
             if req.nfs_path == "source":
-                raise Conflict(f"the source's path {source_path} is in use here: promote with "
+                raise Conflict(why + "promote with nfs_path=local. Nothing was changed",
+                               detail={"source_path": source_path[:200], "allowed": tree})
+            log.warning("promote %s: refusing the stream's path %s", inc.name, shown)
+            notes.append(why + f"the export has this appliance's own path {local} instead.")
+            return local
+        used = {ds.prop("mountpoint") for ds in view.datasets.values()}
+        if kept in used:
+            if req.nfs_path == "source":
+                raise Conflict(f"the source's path {kept} is in use here: promote with "
                                "nfs_path=local")
-            notes.append(f"The source's path {source_path} is in use here: the export has "
-                         "this appliance's own path instead.")
-            return None
-        notes.append(f"The export keeps the source's path {source_path}.")
-        return source_path
+            notes.append(f"The source's path {kept} is in use here: the export has "
+                         f"this appliance's own path {local} instead.")
+            return local
+        notes.append(f"The export keeps the source's path {kept}.")
+        return kept
 
     def _promote_dataset(self, inc: IncomingView, new_dataset: str, rec: DatastoreRecord,
                          mountpoint: str | None) -> None:
@@ -939,7 +964,9 @@ class ReplicationService:
         try:
             props.update({"readonly": "off", "zds:replication": ""})
             if spec.is_nfs:
-                props["canmount"] = "on"
+                # what the stream may have set is replaced: where it mounts, and any
+                # sharing of ZFS's own (ZDS serves the export, to the request's clients)
+                props.update({"canmount": "on", "sharenfs": "off", "sharesmb": "off"})
                 if mountpoint:
                     props["mountpoint"] = mountpoint
             zfs.set_properties(new_dataset, props)
@@ -974,6 +1001,51 @@ def _refs(snaps: Sequence[DatasetInfo]) -> builtins.list[SnapRef]:
 def _bytes(detail: dict[str, object]) -> int:
     n = detail.get("bytes", 0)
     return n if isinstance(n, int) else 0
+
+
+def _absolute(path: str) -> str | None:
+    """``path`` as a mountpoint ("/a/b", without a trailing '/'), or None ("none",
+    "legacy", "-")."""
+    return "/" + "/".join(p for p in path.split("/") if p) if path.startswith("/") else None
+
+
+def _path_below(path: str, tree: str) -> str | None:
+    """``path`` normalised, when it names an entry directly below ``tree``: compared
+    component by component after dropping empty ones ("//", a trailing '/'); '.', '..'
+    and characters outside a datastore name are refused, never resolved."""
+    if not isinstance(path, str) or not path.startswith("/") or len(path) > 1024:
+        return None
+    parts = [p for p in path.split("/") if p]
+    base = [p for p in tree.split("/") if p]
+    if len(parts) != len(base) + 1 or parts[:-1] != base:
+        return None
+    try:
+        validate.resource_name(parts[-1])  # also refuses '.', '..' and control characters
+    except InvalidInput:
+        return None
+    return "/" + "/".join(parts)
+
+
+def _access_notes(src: DatastoreSpec, req: PromoteRequest, chap: bool,
+                  name: str) -> builtins.list[str]:
+    """What promote did not take from the replica's access (``keep_access`` false)."""
+    if req.keep_access is True:
+        return []
+    left = []
+    if req.nfs_clients is None and src.nfs_clients:
+        left.append(f"{len(src.nfs_clients)} NFS client rule(s)")
+    if req.initiators is None and src.iscsi.initiators:
+        left.append(f"{len(src.iscsi.initiators)} initiator(s)")
+    if req.initiator_groups is None and src.iscsi.initiator_groups:
+        left.append(f"{len(src.iscsi.initiator_groups)} initiator group(s)")
+    if chap and req.chap is None:
+        left.append("CHAP")
+    if not left:
+        return []
+    return [f"Access was not taken from the replica ({', '.join(left)} of the source were "
+            "left out): the datastore is served to the clients this request named, and no "
+            f"others. Give them with PUT /api/v1/datastores/{name}, or promote with "
+            "keep_access=true to use the source's."]
 
 
 def _nested(a: str, b: str) -> bool:
