@@ -620,7 +620,14 @@ class ReplicationService:
             first = None
             source = _refs(zfs.list_snapshots(dataset))
             marks = zsend.bookmarks(dataset)
-            step = planner.plan(dataset, source, marks, state, spec.raw)
+            try:
+                # the token is the target's word: what it would send is checked first
+                resume = zsend.resume_info(state.resume_token) if state.resume_token \
+                    else None
+                step = planner.plan(dataset, source, marks, state, spec.raw, resume)
+            except StaleResume as exc:
+                self._drop_partial(spec, exc, steps)
+                continue
             if step.kind == "up_to_date":
                 break
             assert step.send is not None
@@ -647,10 +654,7 @@ class ReplicationService:
                                        rate_limit=spec.bandwidth_limit, progress=report,
                                        cancel=job.cancel_event, transport=spec.transport)
             except StaleResume as exc:
-                log.warning("replication %s: %s; dropping the partial receive", spec.name,
-                            exc.message)
-                zsend.abort_partial(endpoint, spec.target.dataset)
-                steps.append(f"dropped a partial receive that cannot resume ({exc.message})")
+                self._drop_partial(spec, exc, steps)
                 continue
             except PartialReceive:
                 continue  # appeared since we looked: the next plan resumes it
@@ -672,6 +676,16 @@ class ReplicationService:
                 "snapshot_created": newest.creation, "target": spec.target.dataset,
                 "resumed": any(s.startswith("resume") for s in steps),
                 "transfer_seconds": round(moved, 3)}
+
+    def _drop_partial(self, spec: ReplicationSpec, exc: StaleResume,
+                      steps: builtins.list[str]) -> None:
+        """A partial receive on the target that cannot (or must not) be resumed: dropped
+        there (``zfs receive -A``), so the next step sends from the newest common
+        snapshot."""
+        log.warning("replication %s: %s; dropping the partial receive", spec.name,
+                    exc.message)
+        self.zsend.abort_partial(spec.target.endpoint, spec.target.dataset)
+        steps.append(f"dropped a partial receive that cannot resume ({exc.message})")
 
     def _receive_spec(self, spec: ReplicationSpec, ds: DatastoreRecord,
                       info: DatasetInfo) -> ReceiveSpec:
@@ -758,8 +772,10 @@ class ReplicationService:
                                  if not state.exists else "the target holds "
                                  f"{state.dataset} already: diverged")
                 else:
+                    resume = self.zsend.resume_info(state.resume_token) \
+                        if state.resume_token else None
                     step = planner.plan(ds.spec.dataset, source, self.zsend.bookmarks(
-                        ds.spec.dataset), state, spec.raw)
+                        ds.spec.dataset), state, spec.raw, resume)
                     next_step, in_sync = step.reason, step.kind == "up_to_date"
                     if in_sync and spec.take_snapshot:
                         next_step += "; the next run snapshots and sends what changed since"

@@ -16,8 +16,16 @@ import pytest
 from appliance.engine import Engine
 from appliance.errors import Conflict, InvalidInput, NotFound, ZdsError
 from appliance.host.factory import FakeHosts, fake_hosts
-from appliance.host.fakes.replication import FakeNetwork, FakeSsh, FakeZfsSend, fake_key
+from appliance.host.fakes.replication import (
+    FakeNetwork,
+    FakeSsh,
+    FakeZfsSend,
+    _Partial,
+    fake_key,
+    fake_resume_token,
+)
 from appliance.host.fakes.zfs import FakeZfs, GiB, MiB
+from appliance.host.zfs_send import ReceiveSpec, SendSpec
 from appliance.jobs import Job
 from appliance.services.datastores import ChapRequest, DatastoreRequest
 from appliance.services.replication import PromoteRequest, ReplicationRequest, TargetRequest
@@ -290,6 +298,46 @@ def test_a_stale_partial_receive_is_dropped_and_sent_again(pair: tuple[Box, Box]
     result = ok(run(src))
     assert any("cannot resume" in s for s in result["steps"]), result
     assert [n for n, _ in snaps(dst.zfs, f"{PREFIX}/nfs01")] == ["s1", "s3"]
+
+
+@pytest.mark.parametrize("other", ["secret", "nfs01-bad-guid"])
+def test_a_resume_token_naming_another_dataset_is_not_sent(pair: tuple[Box, Box],
+                                                           other: str) -> None:
+    """A hostile target presents a resume token of its making: ``zfs send -t`` would send
+    whatever it names. The source reads it first, refuses, drops the partial receive and
+    sends the replicated datastore only."""
+    src, dst = pair
+    ds = nfs(src)
+    secret = nfs(src, "secret")
+    src.zfs.write(secret, 30 * MiB, content="not for that target")
+    src.engine.snapshots.create("secret", "s1")
+    put(src, take_snapshot=False)
+    src.engine.snapshots.create("nfs01", "a1")
+    ok(run(src))
+    secret_guid = int(src.zfs.get_dataset(f"{secret}@s1").prop("guid"))  # type: ignore
+    toname = f"{secret}@s1" if other == "secret" else f"{ds}@a1"  # our name, their guid
+    replica = dst.zfs._ds(f"{PREFIX}/nfs01")
+
+    def tamper() -> None:
+        token = fake_resume_token(toname, secret_guid, 0, 99)
+        replica.partial = _Partial(token, secret, secret_guid, 0, 0, 30 * MiB,
+                                   SendSpec(snapshot=f"{secret}@s1"),
+                                   ReceiveSpec(f"{PREFIX}/nfs01"), full=False)
+
+    tamper()
+    src.zsend.streamed.clear()
+    src.zfs.write(ds, 10 * MiB, content="v2")
+    src.engine.snapshots.create("nfs01", "a2")
+    result = ok(run(src))
+    assert not [n for n in src.zsend.streamed if not n.startswith(f"{ds}@")], \
+        src.zsend.streamed
+    assert result["steps"][0].startswith("dropped a partial receive"), result["steps"]
+    assert toname in result["steps"][0] and not result["resumed"]
+    assert [n for n, _ in snaps(dst.zfs, f"{PREFIX}/nfs01")] == ["a1", "a2"]
+    assert content(dst.zfs, f"{PREFIX}/nfs01") == "v2" and replica.partial is None
+    tamper()  # a check says so too, and sends nothing
+    check = src.engine.replication.check("r1")
+    assert check.resume_pending and check.next_step.startswith("stale_resume"), check
 
 
 def test_up_to_date_run_sends_nothing(pair: tuple[Box, Box]) -> None:
