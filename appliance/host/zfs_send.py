@@ -339,9 +339,11 @@ def parse_resume_token(out: str) -> ResumeToken | None:
         return None
     fields: dict[str, str] = {}
     for line in lines[start + 2:]:
-        m = _RESUME_FIELD.fullmatch(line)
-        if m is None:
+        if not line.startswith("\t"):
             break  # the end of the nvlist
+        m = _RESUME_FIELD.fullmatch(line)  # not "\t\t...": an embedded nvlist's lines
+        if m is None:
+            continue
         if m.group(1) in fields:  # a name that smuggles a second "toname = ..." line
             return None
         fields[m.group(1)] = m.group(2)

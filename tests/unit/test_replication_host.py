@@ -396,6 +396,9 @@ def test_parse_resume_token() -> None:
     stale = NVTOKEN + "cannot resume send: 'pool1/test@b' used in the initial send no " \
                       "longer exists\n"
     assert parse_resume_token(stale) is not None
+    nested = NVTOKEN.replace("\tembedok = 1\n", "\tx = (embedded nvlist)\n\tnvlist version: 0"
+                             "\n\t\ttoname = pool1/other@b\n\t(end x)\n\tembedok = 1\n")
+    assert parse_resume_token(nested) == parse_resume_token(NVTOKEN)
     for bad in ("cannot resume send: resume token is corrupt (checksum mismatch)\n",
                 NVTOKEN.replace("nvlist version: 0\n", ""),
                 NVTOKEN.replace("\ttoguid = 0x854f02a2dd32cf0d\n", ""),
