@@ -104,8 +104,8 @@ def check(argv: Sequence[str], prefixes: Sequence[str]) -> list[str]:
     if sub in ("list", "get"):
         opts, names = _options(rest, "Hpr", "dtos")
         for k in range(0, len(opts) - 1):
-            if opts[k] in ("-d", "-t", "-o", "-s") and not _LIST.fullmatch(
-                    opts[k + 1]) and not (opts[k] == "-d" and opts[k + 1].isdigit()):
+            if opts[k] in ("-d", "-t", "-o", "-s") and not _LIST.fullmatch(opts[k + 1]) and not (
+                    opts[k] == "-d" and opts[k + 1].isdigit()):
                 raise Refused(f"bad value for {opts[k]}")
         if sub == "get":
             if not names or not _LIST.fullmatch(names[0]):
