@@ -102,8 +102,8 @@ def _allowed_methods(app: FastAPI, path: str) -> list[str]:
     (the most specific one: /pools/importable, not /pools/{name})."""
     matches: list[tuple[int, set[str]]] = []
     for template, ops in app.openapi().get("paths", {}).items():
-        pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
-        if re.match(pattern, path):
+        pattern = re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, path):
             matches.append((template.count("{"), {m.upper() for m in ops}))
     if not matches:
         return []

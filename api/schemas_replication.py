@@ -159,9 +159,10 @@ class PromoteBody(s.Strict):
     """Serve the replica as a datastore on this appliance (no source needed)."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
-        {"name": "vmfs-nfs01"},
+        {"name": "vmfs-nfs01", "nfs": {"clients": [{"match": "192.0.2.0/24"}]}},
         {"name": "vmfs-lun01", "identity": "keep",
          "iscsi": {"initiators": ["iqn.1998-01.com.vmware:esxi01-4f2a"]}},
+        {"name": "vmfs-nfs01", "keep_access": True},
     ]})
 
     name: str | None = Field(default=None, description="datastore name (default: the "
@@ -170,10 +171,18 @@ class PromoteBody(s.Strict):
         "iSCSI: keep the source's IQN and NAA id (only when the source is gone for good; "
         "ESXi then mounts the VMFS as before) or a new one (ESXi resignatures)"))
     nfs_path: Literal["source", "local"] | None = Field(default=None, description=(
-        "NFS: export under the source's path (default when free here) or this "
-        "appliance's own"))
-    nfs: s.NfsAccessBody | None = None
-    iscsi: s.IscsiAccessBody | None = None
+        "NFS: export under the source's path (the default when it is a datastore path of "
+        "this pool, directly below the mountpoint of POOL/datastores, and free here; "
+        "'source' refuses with 409 otherwise) or this appliance's own"))
+    nfs: s.NfsAccessBody | None = Field(default=None, description=(
+        "NFS clients of the promoted datastore (default: none, unless keep_access)"))
+    iscsi: s.IscsiAccessBody | None = Field(default=None, description=(
+        "initiators, initiator groups and CHAP of the promoted LUN (default: none, unless "
+        "keep_access)"))
+    keep_access: bool = Field(default=False, description=(
+        "take the NFS clients, initiators and initiator groups the source's stream carries "
+        "(zds:access) for what nfs/iscsi leave out. Off by default: a source sets that "
+        "list as it likes"))
 
 
 class PromoteOut(BaseModel):
@@ -230,7 +239,7 @@ def promote_request(body: PromoteBody) -> PromoteRequest:
         nfs_clients=[c.model_dump() for c in body.nfs.clients] if body.nfs else None,
         initiators=list(body.iscsi.initiators) if body.iscsi else None,
         initiator_groups=list(body.iscsi.initiator_groups) if body.iscsi else None,
-        chap=chap)
+        chap=chap, keep_access=body.keep_access)
 
 
 def _outgoing(v: OutgoingView) -> OutgoingOut:

@@ -128,6 +128,21 @@ def datastore_dataset(pool: str, name: str) -> str:
 
 
 DATASTORE_PARENT = "datastores"
+# Every child of a pool named "zds-*" is ZDS's own too: probe scratch (zds-probes, see
+# appliance.probes.safety.SCRATCH_PARENT) and the contract checks' zds-contract and
+# zds-ct-send. With the pool itself and POOL/datastores, nothing else may write there.
+OWN_PREFIX = "zds-"
+
+
+def zds_dataset(dataset: str) -> str | None:
+    """The dataset ZDS manages that ``dataset`` is or lies in: the pool itself,
+    ``POOL/datastores`` or a ``POOL/zds-*`` dataset; None when it is none of those."""
+    parts = dataset.split("/")
+    if len(parts) == 1:
+        return dataset
+    if parts[1] == DATASTORE_PARENT or parts[1].startswith(OWN_PREFIX):
+        return "/".join(parts[:2])
+    return None
 
 
 def spec_from_dict(d: dict[str, Any]) -> DatastoreSpec:

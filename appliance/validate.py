@@ -1,6 +1,10 @@
 """Input validation. Everything a user sends passes through here before it reaches a
 command line, a config file or a ZFS property; each check raises ``InvalidInput`` with a
 message that says what is allowed.
+
+Patterns are applied with ``fullmatch``: ``re.match`` with ``...$`` also accepts a
+trailing newline ("g1\\n"). No check accepts a control character, not even where
+surrounding blanks are trimmed (``has_control``).
 """
 
 from __future__ import annotations
@@ -13,36 +17,43 @@ from appliance.errors import InvalidInput
 # Datastore/initiator-group names become ZFS dataset components, IQN suffixes, ganesha
 # paths and libvirt pool names: the intersection of what all of them accept.
 # No '_': RFC 3720 iSCSI names (the IQN ends in the datastore name) do not allow it.
-_RESOURCE_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?$")
+_RESOURCE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?")
 # zpool(8): begins with a letter; letters, digits, '_', '-', '.', ':'. We drop ':' and ' '.
-_POOL_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]{0,62}$")
+_POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
 _POOL_RESERVED = ("mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup")
-_SNAPSHOT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_.:-]{0,62})$")
+_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
 # RFC 3720 3.2.6.3.1 iqn names, lowercased; rtslib-fb additionally wants two labels
 # in the naming authority (iqn.2026-11.org.example), so we require that here.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"  # RFC 1123: at most 63 characters
-_IQN = re.compile(rf"^iqn\.(\d{{4}})-(\d{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?$")
-_EUI = re.compile(r"^eui\.[0-9a-f]{16}$")
-_NAA = re.compile(r"^naa\.(?:[0-9a-f]{16}|[0-9a-f]{32})$")
-_HOSTNAME = re.compile(rf"^(?=.{{1,253}}$){_LABEL}(?:\.{_LABEL})*$", re.IGNORECASE)
+_IQN = re.compile(rf"iqn\.(\d{{4}})-(\d{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?")
+_EUI = re.compile(r"eui\.[0-9a-f]{16}")
+_NAA = re.compile(r"naa\.(?:[0-9a-f]{16}|[0-9a-f]{32})")
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*", re.IGNORECASE)
 # CHAP: RFC 1994 secrets are octets; we keep to printable ASCII without space, quotes or
 # backslash so a secret can never break out of an esxcli line or a libvirt secret.
-_CHAP_TEXT = re.compile(r"^[A-Za-z0-9!#%&()*+,./:;<=>?@\[\]^_{|}~-]+$")
+_CHAP_TEXT = re.compile(r"[A-Za-z0-9!#%&()*+,./:;<=>?@\[\]^_{|}~-]+")
 # An OpenSSH public key line: type, base64 blob, optional comment. No options prefix
 # (command=, from=...): a key handed in from the hypervisor grants plain root login.
 _SSH_KEY = re.compile(
-    r"^(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
-    r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{16,8192}={0,3}(?: [ -~]{0,200})?$")
+    r"(ssh-ed25519|ssh-rsa|ecdsa-sha2-nistp(?:256|384|521)|sk-ssh-ed25519@openssh\.com|"
+    r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{16,8192}={0,3}(?: [ -~]{0,200})?")
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGTP]?)(?:I?B)?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r" *(\d+(?:\.\d+)?) *([KMGTP]?)(?:I?B)? *", re.IGNORECASE)
 
 MAX_IQN_BYTES = 223  # RFC 3720
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def has_control(value: object) -> bool:
+    """True for a string holding a control character (C0 or DEL): newlines and tabs
+    included, which ``str.strip`` would otherwise quietly drop."""
+    return isinstance(value, str) and CONTROL.search(value) is not None
 
 
 def resource_name(value: str, what: str = "name") -> str:
     """A datastore or initiator-group name: 1-63 of a-z 0-9 _ . -, alphanumeric ends."""
-    if not isinstance(value, str) or not _RESOURCE_NAME.match(value) or ".." in value:
+    if not isinstance(value, str) or not _RESOURCE_NAME.fullmatch(value) or ".." in value:
         raise InvalidInput(
             f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '.' or '-', "
             "starting and ending with a letter or digit"
@@ -50,20 +61,27 @@ def resource_name(value: str, what: str = "name") -> str:
     return value
 
 
+def unix_user(value: str, what: str = "user") -> str:
+    """A Unix login name (useradd's default rule: lowercase, digits, '_', '-')."""
+    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", value):
+        raise InvalidInput(f"invalid {what} {value!r}: a Unix user name")
+    return value
+
+
 def pool_name(value: str) -> str:
     """A ZFS pool name (zpool(8) rules, without ':' and spaces)."""
-    if not isinstance(value, str) or not _POOL_NAME.match(value):
+    if not isinstance(value, str) or not _POOL_NAME.fullmatch(value):
         raise InvalidInput(
             f"invalid pool name {value!r}: start with a letter; letters, digits, '_', '.', '-'"
         )
     lowered = value.lower()
-    if any(lowered.startswith(r) for r in _POOL_RESERVED) or re.match(r"^c\d", lowered):
+    if any(lowered.startswith(r) for r in _POOL_RESERVED) or re.match(r"c\d", lowered):
         raise InvalidInput(f"invalid pool name {value!r}: reserved by ZFS")
     return value
 
 
 def snapshot_name(value: str) -> str:
-    if not isinstance(value, str) or not _SNAPSHOT_NAME.match(value):
+    if not isinstance(value, str) or not _SNAPSHOT_NAME.fullmatch(value):
         raise InvalidInput(
             f"invalid snapshot name {value!r}: 1-63 letters, digits, '_', '.', ':' or '-', "
             "starting with a letter or digit"
@@ -73,18 +91,18 @@ def snapshot_name(value: str) -> str:
 
 def iqn(value: str) -> str:
     """An iSCSI name (iqn./eui./naa. forms of RFC 3720), returned lowercased."""
-    if not isinstance(value, str):
+    if not isinstance(value, str) or has_control(value):
         raise InvalidInput(f"invalid iSCSI name {value!r}")
     name = value.strip().lower()
     if len(name.encode()) > MAX_IQN_BYTES:
         raise InvalidInput(f"invalid iSCSI name {value!r}: longer than 223 bytes")
-    m = _IQN.match(name)
+    m = _IQN.fullmatch(name)
     if m:
         month = int(m.group(2))
         if not 1 <= month <= 12:
             raise InvalidInput(f"invalid iSCSI name {value!r}: month {month:02d} in the date")
         return name
-    if _EUI.match(name) or _NAA.match(name):
+    if _EUI.fullmatch(name) or _NAA.fullmatch(name):
         return name
     raise InvalidInput(
         f"invalid iSCSI name {value!r}: expected iqn.YYYY-MM.reversed.domain[:identifier] "
@@ -95,7 +113,7 @@ def iqn(value: str) -> str:
 
 def nfs_client(value: str) -> str:
     """An NFS client match: IPv4/IPv6 address, CIDR network, hostname or ``*``."""
-    if not isinstance(value, str):
+    if not isinstance(value, str) or has_control(value):
         raise InvalidInput(f"invalid NFS client {value!r}")
     text = value.strip()
     if text == "*":
@@ -106,7 +124,7 @@ def nfs_client(value: str) -> str:
         return str(ipaddress.ip_address(text))
     except ValueError:
         pass
-    if _HOSTNAME.match(text) and not text.replace(".", "").isdigit():
+    if _HOSTNAME.fullmatch(text) and not text.replace(".", "").isdigit():
         return text.lower()
     raise InvalidInput(
         f"invalid NFS client {value!r}: expected an IP address, a CIDR network "
@@ -117,7 +135,7 @@ def nfs_client(value: str) -> str:
 def chap_user(value: str) -> str:
     # LIO reads "NULL" as "no user set"
     if (not isinstance(value, str) or not 1 <= len(value) <= 255
-            or not _CHAP_TEXT.match(value) or value.upper() == "NULL"):
+            or not _CHAP_TEXT.fullmatch(value) or value.upper() == "NULL"):
         raise InvalidInput(
             "invalid CHAP user name: 1-255 printable ASCII characters, no spaces or quotes"
         )
@@ -127,7 +145,7 @@ def chap_user(value: str) -> str:
 def chap_secret(value: str) -> str:
     # ESXi and Windows initiators require 12-16 characters; LIO accepts longer.
     if (not isinstance(value, str) or not 12 <= len(value) <= 255
-            or not _CHAP_TEXT.match(value) or value.upper() == "NULL"):
+            or not _CHAP_TEXT.fullmatch(value) or value.upper() == "NULL"):
         raise InvalidInput(
             "invalid CHAP secret: 12-255 printable ASCII characters, no spaces or quotes "
             "(ESXi and Windows initiators need 12-16)"
@@ -142,7 +160,7 @@ def parse_size(value: int | str, what: str = "size") -> int:
     if isinstance(value, int):
         size = value
     elif isinstance(value, str):
-        m = _SIZE.match(value)
+        m = _SIZE.fullmatch(value)
         if not m:
             raise InvalidInput(f"invalid {what} {value!r}: use bytes or a number with K/M/G/T/P")
         size = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
@@ -162,13 +180,13 @@ def power_of_two_size(value: int | str, lo: int, hi: int, what: str) -> int:
     return size
 
 
-COMPRESSION = re.compile(r"^(?:on|off|lz4|zle|lzjb|gzip(?:-[1-9])?|zstd(?:-(?:[1-9]|1[0-9]))?"
-                         r"|zstd-fast(?:-\d{1,4})?)$")
+COMPRESSION = re.compile(r"on|off|lz4|zle|lzjb|gzip(?:-[1-9])?|zstd(?:-(?:[1-9]|1[0-9]))?"
+                         r"|zstd-fast(?:-\d{1,4})?")
 SYNC = ("standard", "always", "disabled")
 
 
 def compression(value: str) -> str:
-    if not isinstance(value, str) or not COMPRESSION.match(value):
+    if not isinstance(value, str) or not COMPRESSION.fullmatch(value):
         raise InvalidInput(
             f"invalid compression {value!r}: off, lz4, zle, gzip[-1..9], zstd[-1..19], zstd-fast-N"
         )
@@ -184,15 +202,15 @@ def sync(value: str) -> str:
 def device_path(value: str) -> str:
     """A disk for a pool: an absolute path of plain characters (checked to exist later)."""
     if (not isinstance(value, str) or not value.startswith("/")
-            or not re.match(r"^/[A-Za-z0-9_./:+-]+$", value) or "/../" in value + "/"):
+            or not re.fullmatch(r"/[A-Za-z0-9_./:+-]+", value) or "/../" in value + "/"):
         raise InvalidInput(
             f"invalid device {value!r}: give an absolute path such as /dev/disk/by-id/..."
         )
     return value
 
 
-_LABEL_KEY = re.compile(r"^[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?$")
+_LABEL_KEY = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?")
+_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
 MAX_LABELS = 32
 
 
@@ -205,10 +223,10 @@ def labels(value: object) -> tuple[tuple[str, str], ...]:
         raise InvalidInput(f"at most {MAX_LABELS} labels")
     out = []
     for k, v in value.items():
-        if not isinstance(k, str) or not _LABEL_KEY.match(k):
+        if not isinstance(k, str) or not _LABEL_KEY.fullmatch(k):
             raise InvalidInput(f"invalid label key {k!r}: 1-63 lowercase letters, digits, "
                                "'.', '_' or '-', starting and ending with a letter or digit")
-        if not isinstance(v, str) or not _LABEL_VALUE.match(v):
+        if not isinstance(v, str) or not _LABEL_VALUE.fullmatch(v):
             raise InvalidInput(f"invalid value {v!r} of label {k}: up to 63 letters, "
                                "digits, '.', '_' or '-', starting and ending with a letter "
                                "or digit")
@@ -227,7 +245,7 @@ def format_size(size: int) -> str:
 
 def ssh_public_key(value: str) -> str:
     """One OpenSSH public key line (``ssh-ed25519 AAAA... comment``), without options."""
-    text = value.strip() if isinstance(value, str) else ""
-    if not _SSH_KEY.match(text):
+    text = value.strip(" ") if isinstance(value, str) else ""
+    if not _SSH_KEY.fullmatch(text):
         raise InvalidInput(f"not an OpenSSH public key line: {text[:60]!r}")
     return text

@@ -74,6 +74,8 @@ def cmd_replication(args: argparse.Namespace) -> int:
             pbody["nfs"] = {"clients": [{"match": m, "access": "rw"} for m in args.client]}
         if args.initiator:
             pbody["iscsi"] = {"initiators": args.initiator}
+        if args.keep_access:
+            pbody["keep_access"] = True
         out(args, c.call("POST", f"/replications/{args.name}/promote", pbody),
             lambda d: "\n".join([f"promoted to datastore {d['datastore']['name']} "
                                  f"(serving: {d['datastore']['serving']})", *d["notes"]]))
@@ -128,6 +130,9 @@ def register(sub: Any) -> None:
     pr.add_argument("--nfs-path", choices=["source", "local"])
     pr.add_argument("--client", action="append", help="NFS client (repeat)")
     pr.add_argument("--initiator", action="append", help="iSCSI initiator IQN (repeat)")
+    pr.add_argument("--keep-access", action="store_true",
+                    help="use the source's NFS clients / initiators carried by the replica "
+                         "for those not given (default: none)")
     rsub.add_parser("identity", help="this appliance's replication public key")
     au = rsub.add_parser("authorize", help="on the target: accept a source's key")
     au.add_argument("name")

@@ -359,7 +359,7 @@ _DOWN_ERRORS = (
     "org.freedesktop.DBus.Error.TimedOut",
     "org.freedesktop.DBus.Error.FileNotFound",
 )
-_ERROR_LINE = re.compile(r"^Error ([A-Za-z0-9_.]+): (.*)$", re.S)
+_ERROR_LINE = re.compile(r"Error ([A-Za-z0-9_.]+): (.*)", re.S)
 
 # Protocol names ganesha's ShowExports/ShowClients use, per NFS version we serve.
 _PROTOCOL_NAMES = {3: frozenset({"NFSv3", "MNT"}), 4: frozenset({"NFSv40", "NFSv41", "NFSv42"})}
@@ -510,7 +510,7 @@ class Ganesha:
         except CommandError as exc:
             err = (exc.result.stderr or exc.result.stdout).strip()
             short = method.rsplit(".", 1)[-1]
-            m = _ERROR_LINE.match(err)
+            m = _ERROR_LINE.fullmatch(err)
             if m is None:
                 # "Failed to open connection to "system" message bus: ..." and the like
                 raise Unavailable(

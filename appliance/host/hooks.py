@@ -21,8 +21,8 @@ from appliance.errors import InvalidInput, Unavailable, ZdsError
 from appliance.host.run import Runner
 
 KEEP_OUTPUT = 4096
-_ARG = re.compile(r"^[^\x00-\x1f\x7f]{0,1024}$")
-_PROGRAM = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+_ARG = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
+_PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def check_args(argv: Sequence[str]) -> None:
     if not argv or len(argv) > 64:
         raise InvalidInput("a hook is a list of 1-64 strings: the program and its arguments")
     for a in argv:
-        if not isinstance(a, str) or not _ARG.match(a):
+        if not isinstance(a, str) or not _ARG.fullmatch(a):
             raise InvalidInput(f"hook argument {a!r}: up to 1024 characters, no control "
                                "characters")
 
@@ -81,7 +81,7 @@ class Hooks:
         prog = argv[0]
         base = self.hooks_dir.resolve()
         path = Path(prog) if prog.startswith("/") else base / prog
-        if not prog.startswith("/") and not _PROGRAM.match(prog):
+        if not prog.startswith("/") and not _PROGRAM.fullmatch(prog):
             raise InvalidInput(f"hook program {prog!r}: a file name in {base} or its full "
                                "path")
         real = path.resolve()
@@ -129,7 +129,7 @@ class FakeHooks:
         if prog.startswith("/") and name == prog:
             raise InvalidInput(f"hook program {prog!r} is not in the hooks directory "
                                f"{self.hooks_dir} (only programs installed there may run)")
-        if not _PROGRAM.match(name):
+        if not _PROGRAM.fullmatch(name):
             raise InvalidInput(f"hook program {prog!r}: a file name in {self.hooks_dir} or "
                                "its full path")
         if name not in self.programs:

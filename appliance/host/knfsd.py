@@ -80,7 +80,7 @@ insecure,mp,fsid=101,sec=sys)
 # /tank/datastores/ds1	127.0.0.1(rw,sync,wdelay,hide,nocrossmnt,insecure,no_root_squash,\
 # no_all_squash,no_subtree_check,secure_locks,acl,no_pnfs,mountpoint,fsid=101,anonuid=65534,\
 # anongid=65534,sec=sys,rw,insecure,no_root_squash,no_all_squash)
-_ETAB_LINE = re.compile(r"^(\S+)\s+(\S+?)\((.*)\)\s*$")
+_ETAB_LINE = re.compile(r"(\S+)\s+(\S+?)\((.*)\)\s*")
 _FSID = re.compile(r"(?:^|,)fsid=(\d+)(?:,|$)")
 
 
@@ -89,7 +89,7 @@ def parse_etab(text: str) -> dict[int, tuple[str, tuple[str, ...]]]:
     such as the admin's own /etc/exports lines without one, are not listed)."""
     out: dict[int, tuple[str, tuple[str, ...]]] = {}
     for line in text.splitlines():
-        m = _ETAB_LINE.match(line)
+        m = _ETAB_LINE.fullmatch(line)
         if m is None:
             continue
         path, client, opts = m.groups()

@@ -62,16 +62,17 @@ class GateRefused(Conflict):
 # is what ZDS makes; ecdsa and rsa keys of other OpenZFS hosts' tools work too).
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
              "ecdsa-sha2-nistp521", "ssh-rsa", "sk-ssh-ed25519@openssh.com")
-_DATASET = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*(?:/[A-Za-z0-9][A-Za-z0-9_.:-]*)*$")
-_HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
+_DATASET = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*(?:/[A-Za-z0-9][A-Za-z0-9_.:-]*)*")
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # refused before any strip(): "host\n" is no host
 GATE_MODULE = "appliance.host.sshgate"
 
 
 def public_key(text: str, what: str = "public key") -> str:
     """An OpenSSH public key line reduced to ``type base64`` (the comment dropped), or
     InvalidInput. The base64 blob must decode and name the same type inside."""
-    if not isinstance(text, str):
-        raise InvalidInput(f"invalid {what}: expected 'ssh-ed25519 AAAA...'")
+    if not isinstance(text, str) or _CONTROL.search(text):
+        raise InvalidInput(f"invalid {what}: expected 'ssh-ed25519 AAAA...' on one line")
     parts = text.strip().split()
     if len(parts) < 2 or parts[0] not in KEY_TYPES:
         raise InvalidInput(f"invalid {what}: expected one of {', '.join(KEY_TYPES)} "
@@ -89,14 +90,14 @@ def public_key(text: str, what: str = "public key") -> str:
 
 def host_name(value: str) -> str:
     """A target host: an IP address or a DNS name (no user@, no port, no options)."""
-    if not isinstance(value, str):
+    if not isinstance(value, str) or _CONTROL.search(value):
         raise InvalidInput(f"invalid host {value!r}")
     text = value.strip()
     try:
         return str(ipaddress.ip_address(text))
     except ValueError:
         pass
-    if _HOST.match(text) and ".." not in text and not text.startswith("-"):
+    if _HOST.fullmatch(text) and ".." not in text and not text.startswith("-"):
         return text.lower()
     raise InvalidInput(f"invalid host {value!r}: an IP address or a DNS name")
 
@@ -151,13 +152,12 @@ def render_authorized_keys(entries: Sequence[AuthorizedKey],
     """
     lines = ["# Managed by ZDS (PUT /api/v1/replication/authorized-keys/NAME): edits are lost"]
     for e in sorted(entries, key=lambda e: e.name):
-        if not _DATASET.match(e.prefix) or '"' in e.name or not re.match(r"^[a-z0-9.-]+$",
-                                                                            e.name):
+        if not _DATASET.fullmatch(e.prefix) or not re.fullmatch(r"[a-z0-9.-]+", e.name):
             raise InvalidInput(f"cannot authorize {e.name!r}: invalid name or prefix")
         options = ["restrict", f'command="{gate_command(e, python)}"']
         if e.sources:
             for s in e.sources:
-                if not re.match(r"^[0-9A-Fa-f.:/*?a-z-]+$", s):
+                if not re.fullmatch(r"[0-9A-Fa-f.:/*?a-z-]+", s):
                     raise InvalidInput(f"invalid from= pattern {s!r}")
             options.append(f'from="{",".join(e.sources)}"')
         lines.append(f"{','.join(options)} {public_key(e.public_key)} zds:{e.name}")
@@ -452,7 +452,7 @@ def parse_authorized_keys(text: str) -> list[AuthorizedKey]:
 
 def require_dataset_name(name: str, what: str = "dataset") -> str:
     """A ZFS filesystem/volume name (pool/a/b) safe for a command line, or InvalidInput."""
-    if not isinstance(name, str) or not _DATASET.match(name) or len(name) > 200:
+    if not isinstance(name, str) or not _DATASET.fullmatch(name) or len(name) > 200:
         raise InvalidInput(f"invalid {what} {name!r}: a ZFS dataset name such as "
                            "tank/replicas/zds1 (letters, digits, '_', '.', ':', '-')")
     return name

@@ -598,7 +598,7 @@ def parse_zpool_status(out: str) -> list[PoolStatus]:
         results.append(_build_status(fields, rows))
 
     for line in out.splitlines():
-        m = re.match(r"^\s*([a-z]+): ?(.*)$", line)
+        m = re.fullmatch(r"\s*([a-z]+): ?(.*)", line)
         if m and not line.startswith("\t") and m.group(1) in (
                 "pool", "id", "state", "status", "action", "see", "scan", "config",
                 "errors", "remove", "checkpoint", "expand", "raidz", "comment"):
@@ -712,7 +712,7 @@ def parse_holds(out: str) -> dict[str, list[str]]:
 def parse_zpool_import(out: str) -> list[str]:
     names: list[str] = []
     for line in out.splitlines():
-        m = re.match(r"^\s*pool: (\S+)\s*$", line)
+        m = re.fullmatch(r"\s*pool: (\S+)\s*", line)
         if m:
             names.append(m.group(1))
     return names

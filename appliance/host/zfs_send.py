@@ -12,7 +12,9 @@ same behaviour by ``appliance.host.contract.zfs_send_checks``. Error contract:
 - the target pool cannot hold the stream -> ``InsufficientSpace``;
 - the stream was cut (the link, a killed process) -> :class:`TransferInterrupted`; with
   ``receive -s`` the target keeps what arrived and ``TargetState.resume_token`` says where
-  to resume; a resume whose source snapshot is gone -> :class:`StaleResume`;
+  to resume; a resume whose source snapshot is gone -> :class:`StaleResume`, and so is a
+  token ``resume_info`` cannot read (the token comes from the target: the planner checks
+  what it names before anything is sent);
 - ``cancel`` set during a transfer -> :class:`TransferCancelled` (also resumable);
 - SSH failures -> the errors of :mod:`appliance.host.ssh`; with the ``ssh+tcp`` transport,
   a data port the source cannot reach -> ``TargetUnreachable`` (a firewall, or NAT
@@ -132,6 +134,22 @@ class TargetState:
 
 
 @dataclass(frozen=True)
+class ResumeToken:
+    """What a ``receive_resume_token`` makes ``zfs send -t`` send: the snapshot ``toname``
+    (guid ``toguid``), incremental from the snapshot or bookmark with guid ``fromguid``
+    (0: a full stream). zfs finds both by guid near ``toname``, so a token from a hostile
+    target could name any dataset of the source: check them before sending."""
+
+    toname: str
+    toguid: int
+    fromguid: int = 0
+
+    @property
+    def dataset(self) -> str:
+        return self.toname.split("@", 1)[0]
+
+
+@dataclass(frozen=True)
 class SendSpec:
     """One ``zfs send``. ``base`` (a snapshot for ``-I``/``-i``, a bookmark for ``-i``)
     makes it incremental; ``resume_token`` resumes (``send -t``, nothing else applies)."""
@@ -221,6 +239,11 @@ class ZfsSendHost(Protocol):
     def estimate(self, send: SendSpec) -> int:
         """The stream's size in bytes (``zfs send -nP``)."""
 
+    def resume_info(self, token: str) -> ResumeToken:
+        """What ``zfs send -t token`` would send, read without sending (``zfs send -nvt``;
+        the snapshot need not exist any more). A token that cannot be read (malformed,
+        corrupt, from another zfs) -> :class:`StaleResume`."""
+
     def target_state(self, endpoint: Endpoint, dataset: str) -> TargetState: ...
 
     def ensure_parent(self, endpoint: Endpoint, dataset: str) -> None:
@@ -279,6 +302,60 @@ def parse_send_size(out: str) -> int:
         if f[0] == "size" and len(f) >= 2 and f[1].strip().isdigit():
             return int(f[1])
     raise HostCommandFailed(f"zfs send -nP printed no size: {out.strip()[:200]!r}")
+
+
+# `zfs send -n -v -t 1-10e2b9c8b4-e8-789c636064...` (OpenZFS 2.x; the layout is read
+# from its source, libzfs_sendrecv.c zfs_send_resume_impl_cb_impl and libnvpair.c
+# nvlist_print; the values here are made up): the token's nvlist first, on stdout with
+# -n (stderr without), one "\t<name> = <value>" line per field (uint64 as 0x..., strings
+# as they are, booleans as 1), printed even when the send then fails ("cannot resume
+# send: 'tank/ds@s7' used in the initial send no longer exists"). The estimate line
+# that follows is not read here:
+#   resume token contents:
+#   nvlist version: 0
+#   	fromguid = 0x595d9f81aa9dddab
+#   	object = 0x102
+#   	offset = 0x4a0000
+#   	bytes = 0x51c8b0
+#   	toguid = 0x854f02a2dd32cf0d
+#   	toname = tank/datastores/nfs01@zds-repl-r1-20261123T030000Z
+#   	embedok = 1
+#   	compressok = 1
+#   send from tank/datastores/nfs01@zds-repl-r1-... to tank/datastores/nfs01@... ...
+_RESUME_FIELD = re.compile(r"\t([a-z_]+) = (.*)")
+_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:/-]*@[A-Za-z0-9][A-Za-z0-9_.:-]*")
+
+
+def parse_resume_token(out: str) -> ResumeToken | None:
+    """The token ``zfs send -nvt`` decoded, or None when it printed none (a corrupt or
+    unknown token), or printed something no honest token holds (a field twice, a toname
+    that is no snapshot name)."""
+    lines = out.splitlines()
+    try:
+        start = lines.index("resume token contents:")
+    except ValueError:
+        return None
+    if start + 1 >= len(lines) or not lines[start + 1].startswith("nvlist version: "):
+        return None
+    fields: dict[str, str] = {}
+    for line in lines[start + 2:]:
+        if not line.startswith("\t"):
+            break  # the end of the nvlist
+        m = _RESUME_FIELD.fullmatch(line)  # not "\t\t...": an embedded nvlist's lines
+        if m is None:
+            continue
+        if m.group(1) in fields:  # a name that smuggles a second "toname = ..." line
+            return None
+        fields[m.group(1)] = m.group(2)
+    toname = fields.get("toname", "")
+    try:
+        toguid = int(fields["toguid"], 16)
+        fromguid = int(fields.get("fromguid", "0x0"), 16)
+    except (KeyError, ValueError):
+        return None
+    if not _SNAPSHOT_NAME.fullmatch(toname) or not toguid:
+        return None
+    return ResumeToken(toname, toguid, fromguid)
 
 
 def parse_target(dataset: str, out: str) -> TargetState:
@@ -411,6 +488,21 @@ class ZfsSend:
             raise classify_stream_error(result.stderr or result.stdout, 0, result.argv)
         # zfs 2.3 prints the -nP summary on stdout (older releases on stderr)
         return parse_send_size(result.stdout + "\n" + result.stderr)
+
+    def resume_info(self, token: str) -> ResumeToken:
+        try:
+            args = SendSpec(resume_token=token).args()  # plain characters only
+        except InvalidInput:
+            raise StaleResume(f"the receive_resume_token {token[:80]!r} is malformed: not "
+                              "resumed") from None
+        result = self.runner.run([self.zfs, "send", "-n", "-v", *args[1:]], check=False,
+                                 timeout=60)
+        info = parse_resume_token(result.stdout + "\n" + result.stderr)
+        if info is None:
+            why = " ".join((result.stderr or result.stdout).strip().splitlines()[:2])
+            raise StaleResume(f"the receive_resume_token cannot be read here ({why[:200]}): "
+                              "not resumed", detail={"argv": list(result.argv)})
+        return info
 
     def target_state(self, endpoint: Endpoint, dataset: str) -> TargetState:
         try:

@@ -38,7 +38,8 @@ KEEP_JOBS = 60  # the last 10 minutes of runs at the default interval
 RETAIN_EVERY = 30  # runs between two retention passes (5 min at 10 s)
 ADVICE_WINDOW_H = 24.0
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd])$")
+_DURATION = re.compile(r"(\d+(?:\.\d+)?) *([smhd])")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # float() and strip() would drop "\n"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -52,7 +53,10 @@ class Series:
 
 
 def parse_duration(text: str, what: str) -> float:
-    m = _DURATION.match(text.strip())
+    """Seconds from ``30s``/``5m``/``1h``/``2d`` or a number of seconds (at most 400 days)."""
+    if _CONTROL.search(text):
+        raise InvalidInput(f"{what}: {text!r} is not a duration (30s, 5m, 1h, 2d or seconds)")
+    m = _DURATION.fullmatch(text.strip(" "))
     if m is None:
         try:
             value = float(text)
@@ -70,8 +74,11 @@ def parse_since(text: str | None, now: float, default: float = 3600.0) -> float:
     """A time: a duration back from now (1h), a unix time or an ISO 8601 date-time."""
     if not text:
         return now - default
-    t = text.strip()
-    if _DURATION.match(t):
+    if _CONTROL.search(text):
+        raise InvalidInput(f"since: {text!r} is not a duration (1h), a unix time or an "
+                           "ISO 8601 time")
+    t = text.strip(" ")
+    if _DURATION.fullmatch(t):
         return now - parse_duration(t, "since")
     try:
         value = float(t)

@@ -30,7 +30,7 @@ from appliance.errors import InvalidInput
 MIN_INTERVAL = 10  # seconds; the scheduler ticks every second, runs take a few seconds
 MAX_INTERVAL = 366 * 86400
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_INTERVAL = re.compile(r"^\s*(\d+)\s*([smhdw]?)\s*$")
+_INTERVAL = re.compile(r" *(\d+) *([smhdw]?) *")
 
 
 def parse_interval(value: int | str) -> int:
@@ -40,7 +40,7 @@ def parse_interval(value: int | str) -> int:
     if isinstance(value, int):
         seconds = value
     else:
-        m = _INTERVAL.match(str(value).lower())
+        m = _INTERVAL.fullmatch(str(value).lower())
         if not m:
             raise InvalidInput(f"invalid interval {value!r}: a number with s, m, h, d or w "
                                "(e.g. 15m, 6h, 1d)")
@@ -83,6 +83,9 @@ class Schedule:
         if every is not None:
             return Schedule(every=parse_interval(every), timezone=tz)
         assert cron is not None
+        if re.search(r"[\x00-\x1f\x7f]", str(cron)):  # split() would hide a "\n"
+            raise InvalidInput(f"invalid cron expression {cron!r}: five fields separated "
+                               "by spaces, on one line")
         expr = " ".join(str(cron).split())
         if len(expr.split(" ")) != 5:
             raise InvalidInput(f"invalid cron expression {cron!r}: five fields (minute hour "

@@ -47,8 +47,8 @@ from appliance.errors import HostCommandFailed
 
 PERCENTILES = (50.0, 95.0, 99.0, 99.9)
 _DIRS = ("read", "write", "trim")
-_LOG_NAME = re.compile(r"^(?P<prefix>[^.]+)\.(?P<section>[A-Za-z0-9-]+)_"
-                       r"(?P<kind>iops|clat|lat|slat|bw)\.(?P<index>\d+)\.log$")
+_LOG_NAME = re.compile(r"(?P<prefix>[^.]+)\.(?P<section>[A-Za-z0-9-]+)_"
+                       r"(?P<kind>iops|clat|lat|slat|bw)\.(?P<index>\d+)\.log")
 
 
 @dataclass(frozen=True)
@@ -235,7 +235,7 @@ def series(logs: Mapping[str, str], section: str, runtime: int | None) -> list[S
     iops: dict[int, dict[tuple[int, int], float]] = {}
     clat: dict[int, dict[tuple[int, int], float]] = {}
     for name, text in logs.items():
-        m = _LOG_NAME.match(name)
+        m = _LOG_NAME.fullmatch(name)
         if not m or m.group("section") != section:
             continue
         idx = int(m.group("index"))

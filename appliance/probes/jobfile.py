@@ -29,7 +29,7 @@ from appliance.probes import semantics
 from appliance.probes.params import Params
 from appliance.probes.profiles import Profile, Step
 
-_SAFE_PATH = re.compile(r"^/[A-Za-z0-9._+@/-]*$")
+_SAFE_PATH = re.compile(r"/[A-Za-z0-9._+@/-]*")
 LOG_AVG_MSEC = 1000
 
 
@@ -42,7 +42,7 @@ class FioTarget:
 
     def __post_init__(self) -> None:
         p = self.path
-        if not _SAFE_PATH.match(p) or "/../" in f"{p}/" or "//" in p:
+        if not _SAFE_PATH.fullmatch(p) or "/../" in f"{p}/" or "//" in p:
             raise InvalidInput(
                 f"probe path {p!r}: use a plain absolute path of letters, digits and . _ + @ - /"
             )

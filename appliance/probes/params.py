@@ -20,7 +20,7 @@ ParamKind = Literal[
 ]
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE_RE = re.compile(r"^\s*(\d+)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+_SIZE_RE = re.compile(r" *(\d+) *([kmgt]?)(?:i?b)? *", re.IGNORECASE)
 
 
 def parse_size(value: object, what: str) -> int:
@@ -30,7 +30,7 @@ def parse_size(value: object, what: str) -> int:
     if isinstance(value, int):
         size = value
     elif isinstance(value, str):
-        m = _SIZE_RE.match(value)
+        m = _SIZE_RE.fullmatch(value)
         if not m:
             raise InvalidInput(f"{what}: expected a size such as 64m or 1g, got {value!r}")
         size = int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()]

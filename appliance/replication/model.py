@@ -21,7 +21,7 @@ SNAPSHOT_PREFIX = "zds-repl-"
 # User properties the receive sets on a replica (on a ZDS target they find it again).
 REPLICA_PROPERTIES = ("zds:replication", "zds:replica_of", "zds:source_path")
 
-_INTERVAL = re.compile(r"^\s*(\d+)\s*([smhd]?)\s*$")
+_INTERVAL = re.compile(r" *(\d+) *([smhd]?) *")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
@@ -43,7 +43,7 @@ def parse_interval(value: int | str) -> int:
         raise ValueError(value)
     if isinstance(value, int):
         return value
-    m = _INTERVAL.match(str(value))
+    m = _INTERVAL.fullmatch(str(value))
     if not m:
         raise ValueError(value)
     return int(m.group(1)) * _UNITS[m.group(2)]

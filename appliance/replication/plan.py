@@ -4,6 +4,11 @@ diverged) is unit-tested without ZFS.
 
 The source's snapshots are matched with the target's by guid (a received snapshot keeps
 its guid; names may repeat with other data). The newest snapshot both have is the base.
+
+A resume token comes from the target: it is resumed only when what it names (read by
+``ZfsSendHost.resume_info``) is a snapshot of the replicated dataset, from one of its
+snapshots or bookmarks; otherwise :class:`StaleResume`, and the run drops the partial
+receive and sends again, so a target cannot make the source send another dataset.
 """
 
 from __future__ import annotations
@@ -13,7 +18,14 @@ from dataclasses import dataclass
 from typing import Literal
 
 from appliance.errors import NotFound
-from appliance.host.zfs_send import Diverged, SendSpec, SnapRef, TargetState
+from appliance.host.zfs_send import (
+    Diverged,
+    ResumeToken,
+    SendSpec,
+    SnapRef,
+    StaleResume,
+    TargetState,
+)
 
 StepKind = Literal["resume", "full", "incremental", "up_to_date"]
 
@@ -26,12 +38,15 @@ class Step:
 
 
 def plan(dataset: str, source: Sequence[SnapRef], bookmarks: Sequence[SnapRef],
-         target: TargetState, raw: bool = False) -> Step:
+         target: TargetState, raw: bool = False, resume: ResumeToken | None = None) -> Step:
     """What to send next to bring ``target`` up to ``source``'s newest snapshot.
+    ``resume``: what the target's resume token names (required to resume one).
 
     Raises :class:`Diverged` when the target cannot take a stream from this source
-    without losing something of its own, and NotFound when there is nothing to send."""
+    without losing something of its own, :class:`StaleResume` for a resume token that
+    is not this dataset's, and NotFound when there is nothing to send."""
     if target.resume_token:
+        check_resume(dataset, source, bookmarks, target, resume)
         return Step("resume", SendSpec(resume_token=target.resume_token, raw=raw),
                     f"{target.dataset} holds an interrupted receive: resume it")
     if not source:
@@ -84,3 +99,33 @@ def plan(dataset: str, source: Sequence[SnapRef], bookmarks: Sequence[SnapRef],
     return Step("incremental", SendSpec(snapshot=newest.name, base=mark.name, raw=raw),
                 f"incremental from bookmark {mark.short} -> {newest.short} (the snapshot "
                 "it marks was pruned here)")
+
+
+def check_resume(dataset: str, source: Sequence[SnapRef], bookmarks: Sequence[SnapRef],
+                 target: TargetState, resume: ResumeToken | None) -> None:
+    """Refuses (:class:`StaleResume`) a resume token whose snapshot is not one of
+    ``dataset``'s ``source`` snapshots (by name and guid: zfs looks the guid up near the
+    name, siblings included), or whose base is not one of its snapshots or bookmarks."""
+    if resume is None:
+        raise StaleResume(f"{target.dataset} holds an interrupted receive whose token was "
+                          "not read here: not resumed", detail={"target": target.dataset})
+    ours = {s.guid: s for s in source}
+    to = ours.get(resume.toguid)
+    if resume.dataset != dataset or (to is not None and to.name != resume.toname):
+        raise StaleResume(
+            f"the resume token of {target.dataset} names {resume.toname[:200]!r} (guid "
+            f"{resume.toguid:x}), which is no snapshot of {dataset}: not resumed. A "
+            "partial receive of another stream (or a target that was tampered with)",
+            detail={"target": target.dataset, "toname": resume.toname[:200]})
+    if to is None:  # this dataset's, but that snapshot was destroyed since (or never was)
+        raise StaleResume(
+            f"the resume token of {target.dataset} resumes {resume.toname}, which "
+            f"{dataset} no longer has (guid {resume.toguid:x}): not resumed",
+            detail={"target": target.dataset, "toname": resume.toname})
+    if resume.fromguid and resume.fromguid not in ours and all(
+            b.guid != resume.fromguid for b in bookmarks):
+        raise StaleResume(
+            f"the resume token of {target.dataset} sends {resume.toname} from guid "
+            f"{resume.fromguid:x}, which is no snapshot or bookmark of {dataset} (any "
+            "more): not resumed", detail={"target": target.dataset,
+                                          "toname": resume.toname})

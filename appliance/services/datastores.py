@@ -199,7 +199,7 @@ class DatastoreService:
             used=ds.int_prop("used") if ds else 0,
             available=ds.int_prop("available") if ds else 0,
             referenced=ds.int_prop("referenced") if ds else 0,
-            compressratio=float(ratio) if re.match(r"^\d+(\.\d+)?$", ratio) else 1.0,
+            compressratio=float(ratio) if re.fullmatch(r"\d+(\.\d+)?", ratio) else 1.0,
             properties={k: v for k, v in props.items()
                         if k in DATASTORE_SETTINGS and v not in ("", "-")},
             serving=live.serving(rec),

@@ -23,7 +23,6 @@ from __future__ import annotations
 import builtins
 import ipaddress
 import logging
-import re
 import threading
 import time
 import uuid
@@ -62,7 +61,14 @@ from appliance.host.zfs_send import (
     ZfsSendHost,
 )
 from appliance.jobs import Job, JobCancelled, JobContext
-from appliance.model import DATASTORE_PARENT, DatastoreRecord, datastore_dataset, naa_wwn
+from appliance.model import (
+    DATASTORE_PARENT,
+    DatastoreRecord,
+    DatastoreSpec,
+    datastore_dataset,
+    naa_wwn,
+    zds_dataset,
+)
 from appliance.reconciler import Reconciler
 from appliance.replication import plan as planner
 from appliance.replication.model import (
@@ -173,7 +179,10 @@ class CheckView:
 
 @dataclass(frozen=True)
 class PromoteRequest:
-    """``POST /replications/{name}/promote``: None fields inherit the source's."""
+    """``POST /replications/{name}/promote``. Access (NFS clients, initiators, initiator
+    groups) is what the request gives; a None field is empty, or with ``keep_access`` the
+    source's, as it travelled in the replica's ``zds:access`` (which a source sets as it
+    likes, so it is never taken unasked)."""
 
     name: str | None = None
     identity: Literal["new", "keep"] = "new"
@@ -182,6 +191,7 @@ class PromoteRequest:
     initiators: list[str] | None = None
     initiator_groups: list[str] | None = None
     chap: ChapRequest | None = None
+    keep_access: bool = False
 
 
 @dataclass(frozen=True)
@@ -252,8 +262,7 @@ class ReplicationService:
         host = host_name(t.host)
         if not isinstance(t.port, int) or not 1 <= t.port <= 65535:
             raise InvalidInput(f"invalid port {t.port!r}: 1-65535")
-        if not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", t.user or ""):
-            raise InvalidInput(f"invalid user {t.user!r}: a Unix user name")
+        validate.unix_user(t.user)
         dataset = require_dataset_name(t.dataset, "target dataset")
         if "/" not in dataset:
             raise InvalidInput("the target dataset must be below a pool (pool/replicas/NAME), "
@@ -401,8 +410,21 @@ class ReplicationService:
                               tuple(_source(s) for s in sources))
         with self.ctx.lock.hold(f"authorize replication key {name}"):
             for other in self.records.source_keys():
-                if other.name != name and other.public_key == entry.public_key:
+                if other.name == name:
+                    continue
+                if other.public_key == entry.public_key:
                     raise Conflict(f"that key is authorized already as {other.name!r}")
+                if _nested(entry.prefix, other.prefix):
+                    # the gate lets a key receive, abort receives and create datasets
+                    # anywhere below its prefix: nested prefixes let one source reach the
+                    # other's replicas
+                    raise Conflict(
+                        f"the dataset prefix {entry.prefix} overlaps {other.prefix}, "
+                        f"authorized for key {other.name}: one source could receive into "
+                        "(or drop the receives of) the other's replicas. Give each key a "
+                        "dataset of its own, neither inside the other (e.g. "
+                        f"{entry.prefix.split('/')[0]}/replicas/{name}). Nothing was changed",
+                        detail={"key": other.name, "dataset_prefix": other.prefix})
             created = all(k.name != name for k in self.records.source_keys())
             if self.ctx.zfs.get_dataset(entry.prefix, ("type",)) is None:
                 self.ctx.zfs.create_filesystem(entry.prefix, {"canmount": "off"})
@@ -417,9 +439,13 @@ class ReplicationService:
             raise InvalidInput("the prefix must be a dataset below a pool (e.g. "
                                "tank/replicas/zds1): a whole pool would let the source "
                                "overwrite its datastores")
-        if parts[1] == DATASTORE_PARENT:
-            raise InvalidInput(f"the prefix may not be in {parts[0]}/{DATASTORE_PARENT}: "
-                               "datastores there are served")
+        own = zds_dataset(prefix)
+        if own is not None:
+            why = ("datastores there are served" if parts[1] == DATASTORE_PARENT else
+                   "ZDS keeps its own data there (probe scratch, checks)")
+            raise InvalidInput(f"the prefix {prefix} may not be in {own}: {why}. Use a "
+                               f"dataset of its own, e.g. {parts[0]}/replicas/NAME",
+                               detail={"dataset_prefix": prefix, "zds_dataset": own})
         pools = {p.name for p in self.ctx.zfs.list_pools()}
         if parts[0] not in pools:
             raise NotFound(f"pool {parts[0]!r} is not imported here")
@@ -594,7 +620,14 @@ class ReplicationService:
             first = None
             source = _refs(zfs.list_snapshots(dataset))
             marks = zsend.bookmarks(dataset)
-            step = planner.plan(dataset, source, marks, state, spec.raw)
+            try:
+                # the token is the target's word: what it would send is checked first
+                resume = zsend.resume_info(state.resume_token) if state.resume_token \
+                    else None
+                step = planner.plan(dataset, source, marks, state, spec.raw, resume)
+            except StaleResume as exc:
+                self._drop_partial(spec, exc, steps)
+                continue
             if step.kind == "up_to_date":
                 break
             assert step.send is not None
@@ -621,10 +654,7 @@ class ReplicationService:
                                        rate_limit=spec.bandwidth_limit, progress=report,
                                        cancel=job.cancel_event, transport=spec.transport)
             except StaleResume as exc:
-                log.warning("replication %s: %s; dropping the partial receive", spec.name,
-                            exc.message)
-                zsend.abort_partial(endpoint, spec.target.dataset)
-                steps.append(f"dropped a partial receive that cannot resume ({exc.message})")
+                self._drop_partial(spec, exc, steps)
                 continue
             except PartialReceive:
                 continue  # appeared since we looked: the next plan resumes it
@@ -646,6 +676,16 @@ class ReplicationService:
                 "snapshot_created": newest.creation, "target": spec.target.dataset,
                 "resumed": any(s.startswith("resume") for s in steps),
                 "transfer_seconds": round(moved, 3)}
+
+    def _drop_partial(self, spec: ReplicationSpec, exc: StaleResume,
+                      steps: builtins.list[str]) -> None:
+        """A partial receive on the target that cannot (or must not) be resumed: dropped
+        there (``zfs receive -A``), so the next step sends from the newest common
+        snapshot."""
+        log.warning("replication %s: %s; dropping the partial receive", spec.name,
+                    exc.message)
+        self.zsend.abort_partial(spec.target.endpoint, spec.target.dataset)
+        steps.append(f"dropped a partial receive that cannot resume ({exc.message})")
 
     def _receive_spec(self, spec: ReplicationSpec, ds: DatastoreRecord,
                       info: DatasetInfo) -> ReceiveSpec:
@@ -732,8 +772,10 @@ class ReplicationService:
                                  if not state.exists else "the target holds "
                                  f"{state.dataset} already: diverged")
                 else:
+                    resume = self.zsend.resume_info(state.resume_token) \
+                        if state.resume_token else None
                     step = planner.plan(ds.spec.dataset, source, self.zsend.bookmarks(
-                        ds.spec.dataset), state, spec.raw)
+                        ds.spec.dataset), state, spec.raw, resume)
                     next_step, in_sync = step.reason, step.kind == "up_to_date"
                     if in_sync and spec.take_snapshot:
                         next_step += "; the next run snapshots and sends what changed since"
@@ -808,21 +850,23 @@ class ReplicationService:
             raise Conflict(f"{inc.dataset} is not the replica of a ZDS datastore (it has no "
                            "zds:* properties): promote it by hand (zfs rename/set)")
         src = adopted.spec
+        keep = req.keep_access is True
         base = DatastoreRequest(
             protocol=src.protocol, size=src.size, pool=inc.pool, thin=src.thin,
             profile=src.profile,
             nfs_clients=req.nfs_clients if req.nfs_clients is not None else [
-                {"match": c.match, "access": c.access} for c in src.nfs_clients],
-            initiators=req.initiators if req.initiators is not None else list(
-                src.iscsi.initiators),
-            initiator_groups=req.initiator_groups if req.initiator_groups is not None else
-            list(src.iscsi.initiator_groups),
+                {"match": c.match, "access": c.access} for c in src.nfs_clients if keep],
+            initiators=req.initiators if req.initiators is not None else [
+                i for i in src.iscsi.initiators if keep],
+            initiator_groups=req.initiator_groups if req.initiator_groups is not None else [
+                g for g in src.iscsi.initiator_groups if keep],
             chap=req.chap)
-        if adopted.error and req.chap is None:  # the source had CHAP: secrets never travel
+        # the source had CHAP: its secrets never travel, and its initiators relied on it
+        if adopted.error and req.chap is None and keep:
             raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
                            "the replica: give them in the promote body (iscsi.chap)")
         spec = self.datastores.validate_request(new_name, base)
-        notes: builtins.list[str] = []
+        notes: builtins.list[str] = _access_notes(src, req, bool(adopted.error), new_name)
         with self.ctx.lock.hold(f"promote {name}"):
             if self.ctx.store.get_datastore(new_name) is not None:
                 raise Conflict(f"datastore {new_name!r} exists here: promote under another "
@@ -831,6 +875,8 @@ class ReplicationService:
             if zfs.get_dataset(new_dataset, ("type",)) is not None:
                 raise Conflict(f"dataset {new_dataset} exists already")
             records = self.ctx.store.list_datastores()
+            # first, as it may refuse (nfs_path=source): nothing is allocated yet
+            mountpoint = self._promote_path(spec.is_nfs, inc, req, new_name, notes)
             iqn = serial = None
             export_id = None
             if spec.is_nfs:
@@ -857,7 +903,6 @@ class ReplicationService:
                              "re-register the VMs), or `esxcli storage vmfs snapshot mount -l "
                              "LABEL` to keep the signature when the source is gone for good. "
                              "libvirt/KVM: the guest file systems are as they were.")
-            mountpoint = self._promote_path(spec.is_nfs, inc, req, records, notes)
             rec = DatastoreRecord(spec=spec, state="creating", export_id=export_id, iqn=iqn,
                                   serial=serial, created=time.time())
             if inc.resume_pending:
@@ -882,27 +927,44 @@ class ReplicationService:
         return PromoteResult(self.datastores.view_of(rec), notes)
 
     def _promote_path(self, is_nfs: bool, inc: IncomingView, req: PromoteRequest,
-                      records: Sequence[DatastoreRecord], notes: builtins.list[str]
-                      ) -> str | None:
-        """The NFS export path: the source's (ESXi remounts the same share path) unless
-        a datastore here uses it, or ``nfs_path`` says local."""
+                      new_name: str, notes: builtins.list[str]) -> str | None:
+        """The NFS mountpoint (and export path): the source's, so ESXi remounts the same
+        share path, when it is a datastore path of this pool (directly below the
+        mountpoint of ``POOL/datastores``) that no datastore here uses; otherwise, or
+        with ``nfs_path`` local, the path a datastore made here gets. Always explicit: a
+        mountpoint the stream carried must not stay. None for a LUN."""
         if not is_nfs:
             return None
+        view = self.reconciler.read_zfs()
+        parent = view.datasets.get(f"{inc.pool}/{DATASTORE_PARENT}")
+        tree = _absolute(parent.prop("mountpoint") if parent else "") or \
+            f"/{inc.pool}/{DATASTORE_PARENT}"
+        local = f"{tree.rstrip('/')}/{new_name}"
         info = self.ctx.zfs.get_dataset(inc.dataset, ("zds:source_path",))
         source_path = info.prop("zds:source_path") if info else ""
-        if req.nfs_path == "local" or not source_path.startswith("/"):
-            return None
-        view = self.reconciler.read_zfs()
-        used = {ds.prop("mountpoint") for ds in view.datasets.values()}
-        if source_path in used:
+        if req.nfs_path == "local" or not source_path:
+            return local
+        shown = repr(source_path[:200])  # the stream's words: quoted, never trusted
+        kept = _path_below(source_path, tree)
+        if kept is None:
+            why = (f"The source's path {shown} is not a datastore path of this pool "
+                   f"(directly below {tree}): ")
             if req.nfs_path == "source":
-                raise Conflict(f"the source's path {source_path} is in use here: promote with "
+                raise Conflict(why + "promote with nfs_path=local. Nothing was changed",
+                               detail={"source_path": source_path[:200], "allowed": tree})
+            log.warning("promote %s: refusing the stream's path %s", inc.name, shown)
+            notes.append(why + f"the export has this appliance's own path {local} instead.")
+            return local
+        used = {ds.prop("mountpoint") for ds in view.datasets.values()}
+        if kept in used:
+            if req.nfs_path == "source":
+                raise Conflict(f"the source's path {kept} is in use here: promote with "
                                "nfs_path=local")
-            notes.append(f"The source's path {source_path} is in use here: the export has "
-                         "this appliance's own path instead.")
-            return None
-        notes.append(f"The export keeps the source's path {source_path}.")
-        return source_path
+            notes.append(f"The source's path {kept} is in use here: the export has "
+                         f"this appliance's own path {local} instead.")
+            return local
+        notes.append(f"The export keeps the source's path {kept}.")
+        return kept
 
     def _promote_dataset(self, inc: IncomingView, new_dataset: str, rec: DatastoreRecord,
                          mountpoint: str | None) -> None:
@@ -918,7 +980,9 @@ class ReplicationService:
         try:
             props.update({"readonly": "off", "zds:replication": ""})
             if spec.is_nfs:
-                props["canmount"] = "on"
+                # what the stream may have set is replaced: where it mounts, and any
+                # sharing of ZFS's own (ZDS serves the export, to the request's clients)
+                props.update({"canmount": "on", "sharenfs": "off", "sharesmb": "off"})
                 if mountpoint:
                     props["mountpoint"] = mountpoint
             zfs.set_properties(new_dataset, props)
@@ -953,6 +1017,56 @@ def _refs(snaps: Sequence[DatasetInfo]) -> builtins.list[SnapRef]:
 def _bytes(detail: dict[str, object]) -> int:
     n = detail.get("bytes", 0)
     return n if isinstance(n, int) else 0
+
+
+def _absolute(path: str) -> str | None:
+    """``path`` as a mountpoint ("/a/b", without a trailing '/'), or None ("none",
+    "legacy", "-")."""
+    return "/" + "/".join(p for p in path.split("/") if p) if path.startswith("/") else None
+
+
+def _path_below(path: str, tree: str) -> str | None:
+    """``path`` normalised, when it names an entry directly below ``tree``: compared
+    component by component after dropping empty ones ("//", a trailing '/'); '.', '..'
+    and characters outside a datastore name are refused, never resolved."""
+    if not isinstance(path, str) or not path.startswith("/") or len(path) > 1024:
+        return None
+    parts = [p for p in path.split("/") if p]
+    base = [p for p in tree.split("/") if p]
+    if len(parts) != len(base) + 1 or parts[:-1] != base:
+        return None
+    try:
+        validate.resource_name(parts[-1])  # also refuses '.', '..' and control characters
+    except InvalidInput:
+        return None
+    return "/" + "/".join(parts)
+
+
+def _access_notes(src: DatastoreSpec, req: PromoteRequest, chap: bool,
+                  name: str) -> builtins.list[str]:
+    """What promote did not take from the replica's access (``keep_access`` false)."""
+    if req.keep_access is True:
+        return []
+    left = []
+    if req.nfs_clients is None and src.nfs_clients:
+        left.append(f"{len(src.nfs_clients)} NFS client rule(s)")
+    if req.initiators is None and src.iscsi.initiators:
+        left.append(f"{len(src.iscsi.initiators)} initiator(s)")
+    if req.initiator_groups is None and src.iscsi.initiator_groups:
+        left.append(f"{len(src.iscsi.initiator_groups)} initiator group(s)")
+    if chap and req.chap is None:
+        left.append("CHAP")
+    if not left:
+        return []
+    return [f"Access was not taken from the replica ({', '.join(left)} of the source were "
+            "left out): the datastore is served to the clients this request named, and no "
+            f"others. Give them with PUT /api/v1/datastores/{name}, or promote with "
+            "keep_access=true to use the source's."]
+
+
+def _nested(a: str, b: str) -> bool:
+    """``a`` and ``b`` are the same dataset or one lies below the other."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
 def _source(value: str) -> str:

@@ -18,7 +18,7 @@ from appliance.store import Store
 
 Role = Literal["admin", "readonly"]
 ROLES: tuple[Role, ...] = ("admin", "readonly")
-_TOKEN = re.compile(r"^zds_([0-9a-f]{12})_([A-Za-z0-9_-]{43})$")
+_TOKEN = re.compile(r"zds_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 
 
 @dataclass(frozen=True)
@@ -40,11 +40,11 @@ class TokenService:
         """A new token (shown once). ``token`` imports a given one (first boot)."""
         if role not in ROLES:
             raise InvalidInput(f"invalid role {role!r}: admin or readonly")
-        if not re.match(r"^[A-Za-z0-9_.@-]{1,64}$", name):
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", name):
             raise InvalidInput("token name: 1-64 letters, digits, '_', '.', '@', '-'")
         if token is None:
             token = f"zds_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
-        m = _TOKEN.match(token)
+        m = _TOKEN.fullmatch(token)
         if not m:
             raise InvalidInput("malformed token (expected zds_<12 hex>_<43 characters>)")
         if self.store.get_token(m.group(1)) is None:
@@ -52,7 +52,7 @@ class TokenService:
         return token
 
     def verify(self, token: str) -> Principal:
-        m = _TOKEN.match(token or "")
+        m = _TOKEN.fullmatch(token or "")
         row = self.store.get_token(m.group(1)) if m else None
         if m is None or row is None or not hmac.compare_digest(row["hash"],
                                                               _digest(m.group(2))):

@@ -288,12 +288,14 @@ def test_6_promote_and_serve_the_replicas(appliance: E2EAppliance, api: httpx.Cl
     iscsi = Iscsi(appliance.iscsi_port, workdir)
     reps = {r["name"]: r for r in ok(api.get("/replications"))}
     assert reps["r-nfs"]["incoming"]["source"].endswith("/rnfs")
-    out = ok(api.post("/replications/r-nfs/promote", json={"name": "rnfs-dr"}), 201)
+    out = ok(api.post("/replications/r-nfs/promote", json={"name": "rnfs-dr",
+                                                           "keep_access": True}), 201)
     ds = out["datastore"]
     assert ds["serving"] and ds["pool"] == "tank2", ds
-    # the source's path is still served here (same appliance): the replica gets its own
+    # the source's path /tank/datastores/rnfs is no datastore path of pool tank2 (and
+    # is in use here): the replica gets its own
     assert ds["nfs"]["path"] == "/tank2/datastores/rnfs-dr", ds
-    assert any("in use here" in n for n in out["notes"]), out["notes"]
+    assert any("own path /tank2/datastores/rnfs-dr" in n for n in out["notes"]), out["notes"]
     got = nfs.get(ds["nfs"]["path"], "disk1.img")
     assert hashlib.sha256(got).hexdigest() == state["nfs_sha"]
 

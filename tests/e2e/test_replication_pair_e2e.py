@@ -271,7 +271,8 @@ def test_6_failover_promotes_with_the_sources_identity(
         tmp_path: Path) -> None:
     # the source is gone: the target needs nothing from it
     assert source.vm.stop(timeout=120)
-    out = ok(tgt_api.post("/replications/p-nfs/promote", json={}), 201)
+    # keep_access: the clients (this host) as the source served them
+    out = ok(tgt_api.post("/replications/p-nfs/promote", json={"keep_access": True}), 201)
     ds = out["datastore"]
     # another appliance: the export keeps the source's path, so hypervisors remount it as is
     assert ds["serving"] and ds["name"] == "pnfs", ds
@@ -282,7 +283,8 @@ def test_6_failover_promotes_with_the_sources_identity(
     assert hashlib.sha256(got).hexdigest() == state["nfs_sha"]
 
     # the LUN keeps the source's NAA id and IQN: ESXi mounts the VMFS without resignature
-    out = ok(tgt_api.post("/replications/p-lun/promote", json={"identity": "keep"}), 201)
+    out = ok(tgt_api.post("/replications/p-lun/promote", json={"identity": "keep",
+                                                                "keep_access": True}), 201)
     lun = out["datastore"]
     assert lun["serving"] and lun["iscsi"]["wwn"] == state["wwn"], lun
     assert lun["iscsi"]["iqn"] == state["iqn"], lun

@@ -139,3 +139,77 @@ def test_services_get_what_they_need_instead_of_the_engine() -> None:
     for mod, path in modules().items():
         if mod.startswith(("appliance.services", "appliance.reconciler", "appliance.probes")):
             assert "appliance.engine" not in set(imported_names(path, mod)), mod
+
+
+# --- input validation: full matches only -------------------------------------------------
+
+def _pattern_text(node: ast.expr) -> str | None:
+    """The literal text of a regex argument (a string, or an f-string's literal tail)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr) and node.values:
+        last = node.values[-1]
+        if isinstance(last, ast.Constant) and isinstance(last.value, str):
+            return last.value
+    return None
+
+
+def _ends_with_dollar(pattern: str) -> bool:
+    return pattern.endswith("$") and not pattern.endswith("\\$")
+
+
+def dollar_matches(source: str, filename: str = "<src>") -> list[int]:
+    """Lines of ``source`` that apply a pattern ending in ``$`` with ``match``/``search``
+    (``re.match(r"...$", s)`` or ``NAME.match(s)`` of a ``NAME = re.compile(r"...$")``):
+    ``$`` also matches before a trailing newline, so "g1\\n" passes such a check."""
+    tree = ast.parse(source, filename)
+    compiled: set[str] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Attribute)
+                and node.value.func.attr == "compile" and node.value.args):
+            text = _pattern_text(node.value.args[0])
+            if text is not None and _ends_with_dollar(text):
+                compiled.add(node.targets[0].id)
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("match", "search")
+                and isinstance(node.func.value, ast.Name)):
+            continue
+        owner = node.func.value.id
+        if owner == "re" and node.args:
+            text = _pattern_text(node.args[0])
+            if text is not None and _ends_with_dollar(text):
+                found.append(node.lineno)
+        elif owner in compiled:
+            found.append(node.lineno)
+    return found
+
+
+def test_no_input_is_checked_with_match_and_a_dollar_anchor() -> None:
+    """Issue 22 item 9: ``re.fullmatch`` (or ``\\Z``) wherever a pattern must cover the
+    whole string; ``re.match(r"^g\\d$", "g1\\n")`` matches."""
+    offenders = [f"{path.relative_to(ROOT)}:{line}" for path in modules().values()
+                 for line in dollar_matches(path.read_text(), str(path))]
+    assert offenders == [], "use re.fullmatch (a trailing newline passes `$`): " + \
+        ", ".join(offenders)
+
+
+def test_the_dollar_check_finds_what_it_must() -> None:
+    src = '''
+import re
+_NAME = re.compile(r"^[a-z]+$")
+_OK = re.compile(r"[a-z]+")
+_ESCAPED = re.compile(r"cost \\$")
+def f(s):
+    re.match(r"^[a-z]+$", s)
+    re.search(rf"^{s}[a-z]+$", s)
+    _NAME.match(s)
+    _NAME.fullmatch(s)
+    _OK.match(s)
+    _ESCAPED.match(s)
+    re.fullmatch(r"[a-z]+$", s)
+'''
+    assert dollar_matches(src) == [7, 8, 9]

@@ -26,7 +26,11 @@ GiB = 1 << 30
 @pytest.mark.parametrize("line", [ED, RSA, ED.rsplit(" ", 1)[0],
                                   "ecdsa-sha2-nistp256 AAAAE2VjZHNhLXNoYTItbmlzdHAyNTYAAAAI x"])
 def test_plain_key_lines_are_accepted(line: str) -> None:
-    assert validate.ssh_public_key("  " + line + "\n") == line
+    assert validate.ssh_public_key("  " + line + " ") == line
+    # the caller splits the file into lines: a newline left in one is refused, as every
+    # control character by every validator (tests/unit/test_validate_control.py)
+    with pytest.raises(InvalidInput):
+        validate.ssh_public_key(line + "\n")
 
 
 @pytest.mark.parametrize("line", [

@@ -16,15 +16,24 @@ import pytest
 from appliance.engine import Engine
 from appliance.errors import Conflict, InvalidInput, NotFound, ZdsError
 from appliance.host.factory import FakeHosts, fake_hosts
-from appliance.host.fakes.replication import FakeNetwork, FakeSsh, FakeZfsSend, fake_key
+from appliance.host.fakes.replication import (
+    FakeNetwork,
+    FakeSsh,
+    FakeZfsSend,
+    _Partial,
+    fake_key,
+    fake_resume_token,
+)
 from appliance.host.fakes.zfs import FakeZfs, GiB, MiB
+from appliance.host.zfs_send import ReceiveSpec, SendSpec
 from appliance.jobs import Job
-from appliance.services.datastores import DatastoreRequest
+from appliance.services.datastores import ChapRequest, DatastoreRequest
 from appliance.services.replication import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.settings import Settings
 
 TARGET_HOST = "192.0.2.20"
 PREFIX = "backup/replicas/zds-a"
+SAME_PREFIX = "tank/replicas/zds-a"  # a target whose pool is named as the source's
 
 
 @dataclass
@@ -63,6 +72,22 @@ def pair(tmp_path: Path) -> Iterator[tuple[Box, Box]]:
     net.attach(TARGET_HOST, dst.ssh)
     dst.engine.replication.authorize("zds-a", src.engine.replication.identity().public_key,
                                      PREFIX)
+    yield src, dst
+    src.engine.close()
+    dst.engine.close()
+
+
+@pytest.fixture
+def same_pool(tmp_path: Path) -> Iterator[tuple[Box, Box]]:
+    """Source and target both with a pool "tank": the source's NFS paths are datastore
+    paths on the target too."""
+    net = FakeNetwork()
+    src = make_box(tmp_path, "zds-a", "tank")
+    dst = make_box(tmp_path, "zds-b", "tank")
+    net.attach("198.51.100.10", src.ssh)
+    net.attach(TARGET_HOST, dst.ssh)
+    dst.engine.replication.authorize("zds-a", src.engine.replication.identity().public_key,
+                                     SAME_PREFIX)
     yield src, dst
     src.engine.close()
     dst.engine.close()
@@ -275,6 +300,46 @@ def test_a_stale_partial_receive_is_dropped_and_sent_again(pair: tuple[Box, Box]
     assert [n for n, _ in snaps(dst.zfs, f"{PREFIX}/nfs01")] == ["s1", "s3"]
 
 
+@pytest.mark.parametrize("other", ["secret", "nfs01-bad-guid"])
+def test_a_resume_token_naming_another_dataset_is_not_sent(pair: tuple[Box, Box],
+                                                           other: str) -> None:
+    """A hostile target presents a resume token of its making: ``zfs send -t`` would send
+    whatever it names. The source reads it first, refuses, drops the partial receive and
+    sends the replicated datastore only."""
+    src, dst = pair
+    ds = nfs(src)
+    secret = nfs(src, "secret")
+    src.zfs.write(secret, 30 * MiB, content="not for that target")
+    src.engine.snapshots.create("secret", "s1")
+    put(src, take_snapshot=False)
+    src.engine.snapshots.create("nfs01", "a1")
+    ok(run(src))
+    secret_guid = int(src.zfs.get_dataset(f"{secret}@s1").prop("guid"))  # type: ignore
+    toname = f"{secret}@s1" if other == "secret" else f"{ds}@a1"  # our name, their guid
+    replica = dst.zfs._ds(f"{PREFIX}/nfs01")
+
+    def tamper() -> None:
+        token = fake_resume_token(toname, secret_guid, 0, 99)
+        replica.partial = _Partial(token, secret, secret_guid, 0, 0, 30 * MiB,
+                                   SendSpec(snapshot=f"{secret}@s1"),
+                                   ReceiveSpec(f"{PREFIX}/nfs01"), full=False)
+
+    tamper()
+    src.zsend.streamed.clear()
+    src.zfs.write(ds, 10 * MiB, content="v2")
+    src.engine.snapshots.create("nfs01", "a2")
+    result = ok(run(src))
+    assert not [n for n in src.zsend.streamed if not n.startswith(f"{ds}@")], \
+        src.zsend.streamed
+    assert result["steps"][0].startswith("dropped a partial receive"), result["steps"]
+    assert toname in result["steps"][0] and not result["resumed"]
+    assert [n for n, _ in snaps(dst.zfs, f"{PREFIX}/nfs01")] == ["a1", "a2"]
+    assert content(dst.zfs, f"{PREFIX}/nfs01") == "v2" and replica.partial is None
+    tamper()  # a check says so too, and sends nothing
+    check = src.engine.replication.check("r1")
+    assert check.resume_pending and check.next_step.startswith("stale_resume"), check
+
+
 def test_up_to_date_run_sends_nothing(pair: tuple[Box, Box]) -> None:
     src, _ = pair
     nfs(src)
@@ -477,6 +542,60 @@ def test_authorize_refuses_prefixes_that_would_reach_datastores(pair: tuple[Box,
     assert [k.name for k in dst.ssh.authorized()] == ["zds-a"]
 
 
+@pytest.mark.parametrize("prefix", [
+    "backup/datastores", "backup/datastores/nfs01", "backup/zds-probes",
+    "backup/zds-probes/nfs01-1", "backup/zds-contract", "backup/zds-anything/x"])
+def test_authorize_refuses_prefixes_in_zds_own_datasets(pair: tuple[Box, Box],
+                                                        prefix: str) -> None:
+    _, dst = pair
+    before = dst.zfs.list_datasets("backup")
+    with pytest.raises(InvalidInput) as refused:
+        dst.engine.replication.authorize("other", fake_key("other"), prefix)
+    own = "/".join(prefix.split("/")[:2])
+    assert own in refused.value.message and refused.value.detail["zds_dataset"] == own
+    assert [k.name for k in dst.ssh.authorized()] == ["zds-a"]
+    assert [d.name for d in dst.zfs.list_datasets("backup")] == [d.name for d in before]
+
+
+def test_zds_own_datasets_are_all_known() -> None:
+    """What the refusal above relies on: every dataset ZDS makes in a pool is
+    POOL/datastores or POOL/zds-*."""
+    from appliance.host.contract import zfs_checks, zfs_send_checks
+    from appliance.model import OWN_PREFIX, zds_dataset
+    from appliance.probes import safety
+    for child in (safety.SCRATCH_PARENT, zfs_checks.SCRATCH, zfs_send_checks.SCRATCH):
+        assert child.startswith(OWN_PREFIX), child
+    assert zds_dataset("tank") == "tank"
+    assert zds_dataset("tank/datastores/a/b") == "tank/datastores"
+    assert zds_dataset("tank/zds-probes") == "tank/zds-probes"
+    assert zds_dataset("tank/replicas/zds-probes") is None
+    assert zds_dataset("tank/datastores2") is None
+
+
+@pytest.mark.parametrize("prefix", [PREFIX, f"{PREFIX}/b", "backup/replicas", "backup"])
+def test_authorize_refuses_prefixes_that_nest_with_another_key(pair: tuple[Box, Box],
+                                                               prefix: str) -> None:
+    _, dst = pair
+    before = [d.name for d in dst.zfs.list_datasets("backup")]
+    error = InvalidInput if prefix == "backup" else Conflict  # a pool: refused anyway
+    with pytest.raises(error) as refused:
+        dst.engine.replication.authorize("zds-c", fake_key("zds-c"), prefix)
+    if error is Conflict:
+        msg = refused.value.message
+        assert PREFIX in msg and "zds-a" in msg and prefix in msg, msg
+        assert refused.value.detail == {"key": "zds-a", "dataset_prefix": PREFIX}
+    assert [k.name for k in dst.ssh.authorized()] == ["zds-a"]
+    assert [d.name for d in dst.zfs.list_datasets("backup")] == before
+    # siblings are fine, and a key may keep (or move within) its own prefix
+    entry, created = dst.engine.replication.authorize("zds-c", fake_key("zds-c"),
+                                                      "backup/replicas/zds-c")
+    assert created and entry.prefix == "backup/replicas/zds-c"
+    dst.engine.replication.authorize("zds-a", dst.engine.replication.authorized_keys()[0]
+                                     .public_key, f"{PREFIX}/moved")
+    assert {k.name: k.prefix for k in dst.ssh.authorized()} == {
+        "zds-a": f"{PREFIX}/moved", "zds-c": "backup/replicas/zds-c"}
+
+
 # --- scheduling -----------------------------------------------------------------------------
 
 def replication_runs(jobs: list[Job]) -> list[Job]:
@@ -540,27 +659,156 @@ def test_disabled_replication_is_not_scheduled(pair: tuple[Box, Box]) -> None:
 
 # --- promote ---------------------------------------------------------------------------------
 
-def test_promote_nfs_replica_serves_it_with_the_source_path(pair: tuple[Box, Box]) -> None:
-    src, dst = pair
+def test_promote_nfs_replica_serves_it_with_the_source_path(
+        same_pool: tuple[Box, Box]) -> None:
+    src, dst = same_pool
     ds = nfs(src)
     src.zfs.write(ds, 64 * MiB, content="vm-disks")
-    put(src)
+    put(src, dataset=f"{SAME_PREFIX}/nfs01")
     ok(run(src))
-    result = dst.engine.replication.promote("r1", PromoteRequest())
+    result = dst.engine.replication.promote("r1", PromoteRequest(keep_access=True))
     rec = result.view.record
-    assert rec.name == "nfs01" and rec.spec.pool == "backup" and rec.state == "ready"
+    assert rec.name == "nfs01" and rec.spec.pool == "tank" and rec.state == "ready"
+    # the source's path is a datastore path of this pool too: ESXi remounts it as is
     assert result.view.serving and result.view.path == "/tank/datastores/nfs01"
-    assert content(dst.zfs, "backup/datastores/nfs01") == "vm-disks"
-    info = dst.zfs.get_dataset("backup/datastores/nfs01")
+    assert any("keeps the source's path /tank/datastores/nfs01" in n for n in result.notes)
+    assert content(dst.zfs, "tank/datastores/nfs01") == "vm-disks"
+    info = dst.zfs.get_dataset("tank/datastores/nfs01")
     assert info is not None and info.prop("readonly") == "off"
     assert info.prop("zds:name") == "nfs01" and info.prop("zds:export_id") == str(
         rec.export_id)
+    assert [c.match for c in rec.spec.nfs_clients] == ["192.0.2.0/24"]  # keep_access
     assert any("same datastore name" in n for n in result.notes)
     assert dst.engine.replication.list() == []  # no longer a replica
     with pytest.raises(NotFound):
         dst.engine.replication.promote("r1", PromoteRequest())
     # the source's next run finds no replica: a full stream into a new one
     ok(run(src))
+
+
+def test_promote_into_another_pool_uses_the_local_path(pair: tuple[Box, Box]) -> None:
+    src, dst = pair
+    nfs(src)
+    put(src)
+    ok(run(src))
+    # /tank/datastores/nfs01 is no datastore path of pool backup: asked for, refused
+    with pytest.raises(Conflict) as refused:
+        dst.engine.replication.promote("r1", PromoteRequest(nfs_path="source"))
+    assert "/backup/datastores" in refused.value.message
+    assert dst.engine.store.list_datastores() == [] and dst.engine.replication.list()
+    result = dst.engine.replication.promote("r1", PromoteRequest())
+    assert result.view.path == "/backup/datastores/nfs01"
+    assert any("not a datastore path of this pool" in n and "/backup/datastores/nfs01" in n
+               for n in result.notes), result.notes
+
+
+HOSTILE_PATHS = ["/root/.ssh", "/usr/local/sbin", "/tank/datastores/../../etc",
+                 "/tank/datastores/../datastores/nfs01", "/tank/datastores/./x",
+                 "/backup/datastores/nfs01", "/tank/datastores", "/tank/datastores/a/b",
+                 "/tank/datastores-x/nfs01", "/tank/datastores/nfs01\n", "/tank/datastores/A",
+                 "/tank/datastores/x;y", "tank/datastores/nfs01", "/", "/etc/zds"]
+
+
+@pytest.mark.parametrize("hostile", HOSTILE_PATHS)
+def test_promote_never_mounts_or_exports_where_the_stream_says(
+        same_pool: tuple[Box, Box], hostile: str) -> None:
+    src, dst = same_pool
+    nfs(src)
+    put(src, dataset=f"{SAME_PREFIX}/nfs01")
+    ok(run(src))
+    replica = f"{SAME_PREFIX}/nfs01"
+    # what a hostile source can put in its stream (zfs send -p carries user properties)
+    dst.zfs.set_properties(replica, {"zds:source_path": hostile})
+    result = dst.engine.replication.promote("r1", PromoteRequest(name="dr1"))
+    local = "/tank/datastores/dr1"
+    assert result.view.path == local and result.view.serving
+    info = dst.zfs.get_dataset("tank/datastores/dr1", ("mountpoint",))
+    assert info is not None and info.prop("mountpoint") == local
+    assert any("this appliance's own path /tank/datastores/dr1" in n for n in result.notes)
+    rendered = dst.hosts.ganesha.rendered(result.view.record.export_id or 0) or ""
+    assert f'Path = "{local}";' in rendered and f'Path = "{hostile}";' not in rendered
+
+
+def test_promote_replaces_a_mountpoint_the_stream_carried(same_pool: tuple[Box, Box]) -> None:
+    src, dst = same_pool
+    nfs(src)
+    put(src, dataset=f"{SAME_PREFIX}/nfs01")
+    ok(run(src))
+    replica = f"{SAME_PREFIX}/nfs01"
+    # a source that did not exclude its mountpoint (received, not inherited)
+    dst.zfs.set_properties(replica, {"mountpoint": "/root/.ssh", "zds:source_path": ""})
+    result = dst.engine.replication.promote("r1", PromoteRequest(nfs_path="local"))
+    assert result.view.path == "/tank/datastores/nfs01"
+    info = dst.zfs.get_dataset("tank/datastores/nfs01", ("mountpoint",))
+    assert info is not None and info.prop("mountpoint") == "/tank/datastores/nfs01"
+    assert dst.zfs._ds("tank/datastores/nfs01").local["sharenfs"] == "off"
+
+
+def test_promote_keeps_a_normalised_path_inside_the_tree(same_pool: tuple[Box, Box]) -> None:
+    src, dst = same_pool
+    nfs(src)
+    put(src, dataset=f"{SAME_PREFIX}/nfs01")
+    ok(run(src))
+    dst.zfs.set_properties(f"{SAME_PREFIX}/nfs01",
+                           {"zds:source_path": "//tank//datastores/nfs01/"})
+    result = dst.engine.replication.promote("r1", PromoteRequest(name="dr1"))
+    assert result.view.path == "/tank/datastores/nfs01"
+
+
+def test_promote_takes_no_access_from_the_replica_unless_asked(
+        same_pool: tuple[Box, Box]) -> None:
+    src, dst = same_pool
+    nfs(src)
+    src.engine.datastores.put("nfs02", DatastoreRequest(
+        protocol="nfs3", size="10G", nfs_clients=[{"match": "*", "access": "rw"}]))
+    lun(src)
+    for n, ds in (("r1", "nfs01"), ("r2", "nfs02"), ("r3", "lun01")):
+        put(src, name=n, datastore=ds, dataset=f"{SAME_PREFIX}/{ds}")
+        ok(run(src, n))
+    # default: the stream's client list and initiators are not used
+    plain = dst.engine.replication.promote("r1", PromoteRequest())
+    assert plain.view.record.spec.nfs_clients == ()
+    assert any("1 NFS client rule(s)" in n and "keep_access=true" in n for n in plain.notes)
+    assert "CLIENT" not in (dst.hosts.ganesha.rendered(plain.view.record.export_id or 0)
+                            or "CLIENT")
+    given = dst.engine.replication.promote("r2", PromoteRequest(
+        nfs_clients=[{"match": "198.51.100.7", "access": "ro"}]))
+    assert [(c.match, c.access) for c in given.view.record.spec.nfs_clients] == [
+        ("198.51.100.7", "ro")]
+    assert not any("keep_access" in n for n in given.notes)
+    lun_view = dst.engine.replication.promote("r3", PromoteRequest())
+    assert lun_view.view.record.spec.iscsi.initiators == ()
+    target = dst.hosts.lio.get_target(lun_view.view.record.iqn or "")
+    assert target is not None and target.spec.acls == ()
+    assert any("1 initiator(s)" in n for n in lun_view.notes)
+
+
+def test_promote_with_keep_access_takes_the_sources(same_pool: tuple[Box, Box]) -> None:
+    src, dst = same_pool
+    lun(src)
+    put(src, datastore="lun01", dataset=f"{SAME_PREFIX}/lun01")
+    ok(run(src))
+    result = dst.engine.replication.promote("r1", PromoteRequest(keep_access=True))
+    assert result.view.record.spec.iscsi.initiators == ("iqn.2026-11.org.example:esx1",)
+    target = dst.hosts.lio.get_target(result.view.record.iqn or "")
+    assert target is not None and [a.initiator for a in target.spec.acls] == [
+        "iqn.2026-11.org.example:esx1"]
+
+
+def test_promote_of_a_chap_lun_needs_chap_only_to_keep_access(
+        same_pool: tuple[Box, Box]) -> None:
+    src, dst = same_pool
+    src.engine.datastores.put("lun01", DatastoreRequest(
+        protocol="iscsi", size="4G", initiators=["iqn.2026-11.org.example:esx1"],
+        chap=ChapRequest("esx", "secret-secret-1")))
+    put(src, datastore="lun01", dataset=f"{SAME_PREFIX}/lun01")
+    ok(run(src))
+    with pytest.raises(Conflict) as refused:
+        dst.engine.replication.promote("r1", PromoteRequest(keep_access=True))
+    assert "CHAP" in refused.value.message and dst.engine.store.list_datastores() == []
+    result = dst.engine.replication.promote("r1", PromoteRequest())
+    assert result.view.record.spec.iscsi.initiators == ()
+    assert any("CHAP" in n for n in result.notes)
 
 
 def test_promote_lun_keep_or_new_identity(tmp_path: Path, pair: tuple[Box, Box]) -> None:

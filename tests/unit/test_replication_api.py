@@ -96,10 +96,20 @@ def test_key_exchange_replicate_and_promote_over_http(
     (inc,) = ok(b.get("/api/v1/replications"))
     assert inc["name"] == "r1" and inc["outgoing"] is None
     assert inc["incoming"]["source"] == "zds-a/nfs01" and inc["incoming"]["snapshots"] == 1
-    out = ok(b.post("/api/v1/replications/r1/promote", json={"name": "nfs01"}), 201)
+    # the source's path /tank/... is no datastore path of pool backup: asked for, 409
+    resp = b.post("/api/v1/replications/r1/promote", json={"nfs_path": "source"})
+    assert "not a datastore path of this pool" in err(resp, 409, "conflict")
+    assert resp.json()["error"]["detail"] == {"source_path": "/tank/datastores/nfs01",
+                                              "allowed": "/backup/datastores"}
+    err(b.post("/api/v1/replications/r1/promote", json={"keep_access": "maybe"}), 422,
+        "invalid_input")
+    assert ok(b.get("/api/v1/datastores")) == []
+    out = ok(b.post("/api/v1/replications/r1/promote", json={
+        "name": "nfs01", "nfs": {"clients": [{"match": "192.0.2.0/24"}]}}), 201)
     ds = out["datastore"]
     assert ds["serving"] and ds["pool"] == "backup" and ds["nfs"]["path"] == (
-        "/tank/datastores/nfs01")
+        "/backup/datastores/nfs01")
+    assert ds["nfs"]["clients"] == [{"match": "192.0.2.0/24", "access": "rw"}]
     assert any("esxcli storage nfs add" in line for line in ds["attach"]["esxi"])
     assert any("Reverse replication" in n for n in out["notes"])
     assert ok(b.get("/api/v1/datastores/nfs01"))["serving"]
@@ -143,6 +153,21 @@ def test_refusals_use_the_error_envelope(apis: tuple[Box, TestClient, Box, TestC
     err(b.put("/api/v1/replication/authorized-keys/x", json={
         "public_key": src.ssh.public_key(), "dataset_prefix": "backup"}), 422, "invalid_input")
     err(b.delete("/api/v1/replication/authorized-keys/x"), 404, "not_found")
+    # a prefix in ZDS's own datasets (422), or nested with another key's (409)
+    msg = err(b.put("/api/v1/replication/authorized-keys/x", json={
+        "public_key": src.ssh.public_key(), "dataset_prefix": "backup/zds-probes/x"}), 422,
+        "invalid_input")
+    assert "backup/zds-probes" in msg
+    ok(b.put("/api/v1/replication/authorized-keys/zds-c", json={
+        "public_key": dst.ssh.public_key(), "dataset_prefix": "backup/replicas/zds-c"}), 201)
+    resp = b.put("/api/v1/replication/authorized-keys/x", json={
+        "public_key": src.ssh.public_key(), "dataset_prefix": "backup/replicas/zds-c/b"})
+    assert "backup/replicas/zds-c" in err(resp, 409, "conflict") and \
+        "zds-c" in resp.json()["error"]["message"]
+    assert resp.json()["error"]["detail"] == {"key": "zds-c",
+                                              "dataset_prefix": "backup/replicas/zds-c"}
+    ok(b.delete("/api/v1/replication/authorized-keys/zds-c"), 204)
+    assert ok(b.get("/api/v1/replication/authorized-keys")) == []
     err(b.post("/api/v1/replications/r1/promote"), 404, "not_found")
     # readonly tokens read only
     ro = src.engine.tokens.create("ro", "readonly")
@@ -189,7 +214,8 @@ def test_cli_drives_replication(tmp_path: Path, capsys: pytest.CaptureFixture[st
         rc, out = zds(1, "replication", "authorize", "zds-a", "--public-key", key,
                       "--prefix", PREFIX)
         assert rc == 0 and "authorized zds-a" in out
-        zds(0, "datastore", "put", "nfs01", "--protocol", "nfs3", "--size", "10G")
+        zds(0, "datastore", "put", "nfs01", "--protocol", "nfs3", "--size", "10G",
+            "--client", "192.0.2.0/24")
         rc, out = zds(0, "--json", "replication", "put", "r1", "--datastore", "nfs01",
                       "--target-host", TARGET_HOST, "--target-dataset", f"{PREFIX}/nfs01",
                       "--interval", "1h")
@@ -200,8 +226,10 @@ def test_cli_drives_replication(tmp_path: Path, capsys: pytest.CaptureFixture[st
         assert "r1" in out and "source" in out and "ok" in out
         rc, out = zds(1, "replication", "list")
         assert "target" in out and "replica" in out
-        rc, out = zds(1, "replication", "promote", "r1", "--as", "nfs01-dr")
+        rc, out = zds(1, "replication", "promote", "r1", "--as", "nfs01-dr", "--keep-access")
         assert rc == 0 and "promoted to datastore nfs01-dr" in out
+        rec = dst.engine.store.get_datastore("nfs01-dr")
+        assert rec is not None and [c.match for c in rec.spec.nfs_clients] == ["192.0.2.0/24"]
         dst.ssh.up = False
         rc, out = zds(0, "replication", "run", "r1", "--wait", "10")
         assert rc == 1 and "target_unreachable" not in out and "cannot reach" in out

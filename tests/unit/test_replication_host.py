@@ -37,6 +37,7 @@ from appliance.host.zfs_send import (
     Diverged,
     PartialReceive,
     ReceiveSpec,
+    ResumeToken,
     SendSpec,
     SnapRef,
     StaleResume,
@@ -47,6 +48,7 @@ from appliance.host.zfs_send import (
     classify_stream_error,
     parse_holds,
     parse_refs,
+    parse_resume_token,
     parse_send_size,
     parse_target,
 )
@@ -326,7 +328,12 @@ def test_plan_cases() -> None:
     step = plan("tank/ds", src[1:], [mark], have_a)
     assert step.send == SendSpec("tank/ds@c", "tank/ds#zds-repl-r1-10")
     resume = TargetState("r/ds", True, resume_token="1-abc")
-    assert plan("tank/ds", src, [], resume).send == SendSpec(resume_token="1-abc")
+    token = ResumeToken("tank/ds@c", 1002, 1001)
+    assert plan("tank/ds", src, [], resume, resume=token).send == SendSpec(resume_token="1-abc")
+    assert plan("tank/ds", src, [], resume, resume=ResumeToken("tank/ds@a", 1000)).kind == \
+        "resume"  # a full stream
+    assert plan("tank/ds", src[2:], [mark], resume, resume=ResumeToken(
+        "tank/ds@c", 1002, 1000)).kind == "resume"  # from the bookmark
     with pytest.raises(NotFound):
         plan("tank/ds", [], [], new)
 
@@ -343,6 +350,82 @@ def test_plan_refuses_a_diverged_target(target: TargetState, words: str) -> None
     with pytest.raises(Diverged) as err:
         plan("tank/ds", refs("a", "b"), [], target)
     assert words in err.value.message
+
+
+@pytest.mark.parametrize("token, words", [
+    (None, "not read here"),
+    (ResumeToken("tank/other@c", 1002, 1001), "no snapshot of tank/ds"),  # another dataset
+    (ResumeToken("tank/ds2@c", 1002), "no snapshot of tank/ds"),  # a prefix is no match
+    (ResumeToken("tank/ds@c", 7777), "no longer has"),  # a guid of none of ours (a sibling's)
+    (ResumeToken("tank/ds@x", 1002), "no snapshot of tank/ds"),  # our guid, another name
+    (ResumeToken("tank/ds@c", 1002, 8888), "no snapshot or bookmark"),  # a foreign base
+])
+def test_plan_refuses_a_resume_token_that_is_not_this_datasets(
+        token: ResumeToken | None, words: str) -> None:
+    """The token comes from the target: a hostile one must not make the source send
+    another dataset (zfs send -t finds the snapshot by guid near the name it holds)."""
+    resume = TargetState("r/ds", True, resume_token="1-abc",
+                         snapshots=(SnapRef("r/ds@a", 1000, 1, 1),))
+    with pytest.raises(StaleResume) as err:
+        plan("tank/ds", refs("a", "b", "c"), [], resume, resume=token)
+    assert words in err.value.message and err.value.detail["target"] == "r/ds"
+
+
+# `zfs send -n -v -t TOKEN`: the layout of OpenZFS's nvlist_print (libnvpair.c) after
+# libzfs_sendrecv.c's "resume token contents:" line
+NVTOKEN = """resume token contents:
+nvlist version: 0
+\tfromguid = 0x595d9f81aa9dddab
+\tobject = 0x1
+\toffset = 0x0
+\tbytes = 0x0
+\ttoguid = 0x854f02a2dd32cf0d
+\ttoname = pool1/test@b
+\tembedok = 1
+\tcompressok = 1
+send from pool1/test@a to pool1/test@b estimated size is 1.03M
+"""
+
+
+def test_parse_resume_token() -> None:
+    assert parse_resume_token(NVTOKEN) == ResumeToken(
+        "pool1/test@b", 0x854f02a2dd32cf0d, 0x595d9f81aa9dddab)
+    full = NVTOKEN.replace("\tfromguid = 0x595d9f81aa9dddab\n", "")
+    assert parse_resume_token(full) == ResumeToken("pool1/test@b", 0x854f02a2dd32cf0d, 0)
+    # printed before the error of a token whose snapshot is gone: still read
+    stale = NVTOKEN + "cannot resume send: 'pool1/test@b' used in the initial send no " \
+                      "longer exists\n"
+    assert parse_resume_token(stale) is not None
+    nested = NVTOKEN.replace("\tembedok = 1\n", "\tx = (embedded nvlist)\n\tnvlist version: 0"
+                             "\n\t\ttoname = pool1/other@b\n\t(end x)\n\tembedok = 1\n")
+    assert parse_resume_token(nested) == parse_resume_token(NVTOKEN)
+    for bad in ("cannot resume send: resume token is corrupt (checksum mismatch)\n",
+                NVTOKEN.replace("nvlist version: 0\n", ""),
+                NVTOKEN.replace("\ttoguid = 0x854f02a2dd32cf0d\n", ""),
+                NVTOKEN.replace("pool1/test@b", "pool1/test"),  # not a snapshot
+                NVTOKEN.replace("pool1/test@b", "pool1/test@b x"),
+                # a name that smuggles a second toname line
+                NVTOKEN.replace("\ttoname = pool1/test@b\n",
+                                "\ttoname = pool1/other@b\n\ttoname = pool1/test@b\n"),
+                ""):
+        assert parse_resume_token(bad) is None, bad
+
+
+def test_resume_info_runs_send_nvt(tmp_path: Path) -> None:
+    runner = RecordingRunner()
+    runner.on(["zfs", "send", "-n", "-v", "-t"], stdout=NVTOKEN)
+    zs = ZfsSend(runner, OpenSsh(runner, tmp_path))
+    assert zs.resume_info("1-abc-e0-789c").toname == "pool1/test@b"
+    assert runner.calls[-1] == ("zfs", "send", "-n", "-v", "-t", "1-abc-e0-789c")
+    runner.on(["zfs", "send", "-n", "-v", "-t"], returncode=1,
+              stderr="cannot resume send: resume token is corrupt (checksum mismatch)")
+    with pytest.raises(StaleResume) as err:
+        zs.resume_info("1-abc-e0-789c")
+    assert "checksum mismatch" in err.value.message
+    calls = len(runner.calls)
+    with pytest.raises(StaleResume):  # never on a command line
+        zs.resume_info("1-abc; rm -rf /")
+    assert len(runner.calls) == calls
 
 
 def test_intervals() -> None:

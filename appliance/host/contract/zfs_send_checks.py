@@ -1,7 +1,8 @@
 """Contract checks for :class:`appliance.host.zfs_send.ZfsSendHost` (real ``ZfsSend`` and
 ``FakeZfsSend``): holds and bookmarks, full/incremental/bookmark streams, the refusals of
-a diverged target, an interrupted receive resumed with its token, a stale token, the
-errors of a full target pool, and the promote primitives (rename, mount).
+a diverged target, an interrupted receive resumed with its token (and the token read
+without sending: what it names), a stale token, the errors of a full target pool, and
+the promote primitives (rename, mount).
 
 The target is "this machine" (``Endpoint(None)``): the same commands a remote target
 runs, without SSH (whose own errors are checked by ``ssh_checks`` and the e2e tests).
@@ -22,6 +23,7 @@ from appliance.host.zfs_send import (
     Diverged,
     PartialReceive,
     ReceiveSpec,
+    ResumeToken,
     SendSpec,
     StaleResume,
     TransferCancelled,
@@ -45,6 +47,12 @@ def _scratch(zfs: ZfsHost, pool: str) -> str:
 
 def _guids(zfs: ZfsHost, dataset: str) -> list[tuple[str, str]]:
     return [(s.name.split("@")[1], s.prop("guid")) for s in zfs.list_snapshots(dataset)]
+
+
+def _guid(zfs: ZfsHost, snapshot: str) -> int:
+    info = zfs.get_dataset(snapshot, ("guid",))
+    assert info is not None, snapshot
+    return int(info.prop("guid"))
 
 
 def _cut(zsend: ZfsSendHost, send: SendSpec, receive: ReceiveSpec, after: int) -> int:
@@ -189,6 +197,14 @@ def check_streams(zfs: ZfsHost, zsend: ZfsSendHost, pool: str, write: Write) -> 
         state = zsend.target_state(HERE, dst)
         assert state.resume_token, state
         assert [s.short for s in state.snapshots][-1] == "s5", state
+        # what the token names, read without sending (the source checks it: the token
+        # comes from the target)
+        named = zsend.resume_info(state.resume_token)
+        assert named == ResumeToken(f"{src}@s6", _guid(zfs, f"{src}@s6"),
+                                    _guid(zfs, f"{src}@s5")), named
+        assert named.dataset == src
+        expect(StaleResume, zsend.resume_info, "1-e604ea4bf-e0-789c63")  # corrupt
+        expect(StaleResume, zsend.resume_info, "1-abc; zfs destroy -r x")  # not a token
         resume = SendSpec(resume_token=state.resume_token)
         left = zsend.estimate(resume)
         assert 0 < left < total, (left, total)
@@ -204,7 +220,9 @@ def check_streams(zfs: ZfsHost, zsend: ZfsSendHost, pool: str, write: Write) -> 
         _cut(zsend, SendSpec(snapshot=f"{src}@s7", base=f"{src}@s6"), recv, 1 * MiB)
         token = zsend.target_state(HERE, dst).resume_token
         assert token
+        s7 = ResumeToken(f"{src}@s7", _guid(zfs, f"{src}@s7"), _guid(zfs, f"{src}@s6"))
         zfs.destroy(f"{src}@s7")
+        assert zsend.resume_info(token) == s7  # read even when its snapshot is gone
         expect(StaleResume, zsend.transfer, SendSpec(resume_token=token), HERE, recv)
         zsend.abort_partial(HERE, dst)
         zsend.abort_partial(HERE, dst)  # nothing to abort: fine
@@ -217,6 +235,8 @@ def check_streams(zfs: ZfsHost, zsend: ZfsSendHost, pool: str, write: Write) -> 
         _cut(zsend, SendSpec(snapshot=f"{src}@s6"), recv2, 1 * MiB)
         state = zsend.target_state(HERE, dst2)
         assert state.exists and state.resume_token and not state.snapshots, state
+        assert zsend.resume_info(state.resume_token) == ResumeToken(
+            f"{src}@s6", _guid(zfs, f"{src}@s6"), 0)  # a full stream: no fromguid
         expect(Diverged, zsend.transfer, SendSpec(snapshot=f"{src}@s6"), HERE, recv2)
         zsend.abort_partial(HERE, dst2)
         assert not zsend.target_state(HERE, dst2).exists

@@ -9,7 +9,10 @@ receive gate's prefix. Held to the real adapters by
 ``appliance.host.contract.zfs_send_checks`` and ``ssh_checks``.
 
 Test helpers: ``FakeSsh.up = False`` (unreachable), ``FakeZfsSend.interrupt_after =
-N`` (the next stream is cut after N bytes), ``FakeZfsSend.transfers`` (what was sent).
+N`` (the next stream is cut after N bytes), ``FakeZfsSend.transfers`` (what was sent),
+``FakeZfsSend.streamed`` (every source snapshot a stream carried), ``fake_resume_token``
+(a token as a target may present it). Like ``zfs send -t``, a resume sends what its token
+names, whatever the target's partial receive is.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from appliance.host.zfs_send import (
     PartialReceive,
     Progress,
     ReceiveSpec,
+    ResumeToken,
     SendSpec,
     SnapRef,
     StaleResume,
@@ -53,6 +57,12 @@ CHUNK = 1 << 20
 _SENT_NATIVE = ("compression", "recordsize", "volblocksize", "volsize", "sync", "logbias",
                 "atime", "xattr", "acltype", "refquota", "refreservation", "dnodesize",
                 "checksum", "readonly", "canmount", "primarycache", "volmode")
+
+
+def fake_resume_token(toname: str, toguid: int, fromguid: int = 0, serial: int = 0) -> str:
+    """A fake ``receive_resume_token``: like zfs's, it carries what it resumes (zfs packs
+    an nvlist; this one the fields in hex) and reads back without any lookup."""
+    return f"1-{toguid:x}-{fromguid:x}-{serial:x}-{toname.encode().hex()}"
 
 
 def fake_key(seed: str, kind: str = "ssh-ed25519") -> str:
@@ -180,6 +190,7 @@ class FakeZfsSend:
         self.interrupt_after: int | None = None  # one-shot: cut the next stream there
         self.transfers: list[tuple[str, int]] = []  # (SendSpec.describe(), bytes)
         self.transports: list[str] = []  # the transport of each transfer asked for
+        self.streamed: list[str] = []  # every source snapshot a transfer put on the wire
         self._tokens = 0
 
     # -- cursor ------------------------------------------------------------------------
@@ -248,6 +259,17 @@ class FakeZfsSend:
         chosen = between if send.intermediates and "@" in send.base else [to]
         return _Stream(ds, tuple(chosen), base.guid, sum(s.written for s in between) or 1)
 
+    def resume_info(self, token: str) -> ResumeToken:
+        parts = token.split("-") if isinstance(token, str) else []
+        try:
+            SendSpec(resume_token=token).args()
+            if len(parts) != 5 or parts[0] != "1":
+                raise ValueError(token)
+            toname = bytes.fromhex(parts[4]).decode()
+            return ResumeToken(toname, int(parts[1], 16), int(parts[2], 16))
+        except (ValueError, InvalidInput):
+            raise StaleResume("cannot resume send: resume token is corrupt") from None
+
     def estimate(self, send: SendSpec) -> int:
         self.zfs._up()
         if send.resume_token:
@@ -309,6 +331,24 @@ class FakeZfsSend:
                         return ds.partial
         return None
 
+    def _guid_to_snapshot(self, dataset: str, guid: int) -> tuple[_Ds, _Snap] | None:
+        """The snapshot with ``guid`` as ``zfs send -t`` finds it (libzfs guid_to_name):
+        in ``dataset`` and its descendants first, then in each ancestor and all of its
+        descendants (siblings included), up to the pool."""
+        pool = self.zfs._pools.get(dataset.split("/")[0])
+        if pool is None:
+            return None
+        level = dataset
+        while level:
+            for name in sorted(pool.datasets):
+                if name == level or name.startswith(level + "/"):
+                    ds = pool.datasets[name]
+                    snap = next((x for x in ds.snaps if x.guid == guid), None)
+                    if snap is not None:
+                        return ds, snap
+            level = level.rsplit("/", 1)[0] if "/" in level else ""
+        return None
+
     def _check_receive(self, tz: FakeZfs, stream: _Stream, receive: ReceiveSpec) -> None:
         """What ``zfs receive`` checks from the stream's header, before any data."""
         name = receive.dataset
@@ -348,19 +388,30 @@ class FakeZfsSend:
         self.zfs._up()
         tz = self._target(endpoint, receive.dataset)
         if send.resume_token:
+            # zfs send -t sends what the token names (found by guid near its toname);
+            # the receive side then takes it only into the partial the token is from
+            info = self.resume_info(send.resume_token)
+            found = self._guid_to_snapshot(info.dataset, info.toguid)
+            if found is None:
+                raise StaleResume(f"cannot resume send: '{info.toname}' used in the initial "
+                                  "send no longer exists")
+            src, to = found
+            base = None
+            if info.fromguid:
+                frm = next((s for s in src.snaps if s.guid == info.fromguid), None)
+                mark = next((b for b in src.bookmarks if b.guid == info.fromguid), None)
+                base = f"{src.name}@{frm.name}" if frm else \
+                    f"{src.name}#{mark.name}" if mark else None
+                if base is None:
+                    raise StaleResume("cannot resume send: incremental source "
+                                      f"{info.fromguid:x} no longer exists")
             part = self._find_partial(send.resume_token)
             tds = tz._find(receive.dataset)
             if part is None or tds is None or tds.partial is not part:
                 raise StaleResume("cannot resume send: the token matches no partial receive "
                                   f"of {receive.dataset}")
-            try:
-                src = self.zfs._ds(part.source)
-                to = next(s for s in src.snaps if s.guid == part.to_guid)
-            except (NotFound, StopIteration):
-                raise StaleResume(f"cannot resume send: '{part.source}' used in the initial "
-                                  "send no longer exists") from None
-            stream = self._stream(replace(part.spec, resume_token=None, snapshot=(
-                f"{src.name}@{to.name}")))
+            stream = self._stream(replace(part.spec, resume_token=None, base=base,
+                                          snapshot=f"{src.name}@{to.name}"))
             start, total, full, rspec = part.done, part.total, part.full, part.receive
         else:
             stream = self._stream(send)
@@ -373,6 +424,7 @@ class FakeZfsSend:
                 return TransferStats(stream.size, 0.001)
             self._check_receive(tz, stream, receive)
             start, total, full, rspec = 0, stream.size, stream.base_guid == 0, receive
+        self.streamed.extend(f"{stream.dataset.name}@{s.name}" for s in stream.snaps)
         pool = tz._pool_of(receive.dataset)
         done = start
         cut = self.interrupt_after
@@ -414,7 +466,8 @@ class FakeZfsSend:
             return
         self._tokens += 1
         to = stream.snaps[-1]
-        token = f"1-{to.guid:x}-{stream.base_guid:x}-{self._tokens:x}"
+        token = fake_resume_token(f"{stream.dataset.name}@{to.name}", to.guid,
+                                  stream.base_guid, self._tokens)
         spec = send if not send.resume_token else replace(send, resume_token=None)
         ds.partial = _Partial(token, stream.dataset.name, to.guid, stream.base_guid, done,
                               total, spec, receive, full)
