@@ -19,8 +19,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (400, "the body is not valid JSON"),
         (401, "missing or invalid token"), (403, "readonly token"),
         (404, "not found"), (409, "conflict: in use, name clash, no space"),
+        (413, "the body is larger than the API takes (max_body)"),
         (422, "invalid input"),
-        (503, "ZFS, LIO or ganesha unavailable, or busy with another change (retry)"),
+        (429, "this token has too many requests in flight (max_per_token; Retry-After)"),
+        (503, "ZFS, LIO or ganesha unavailable, or busy with another change or with too "
+              "many requests (retry; Retry-After when busy with requests)"),
     ]
 }
 
