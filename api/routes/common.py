@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import Query
+from starlette.concurrency import run_in_threadpool
 
 from api import convert, schemas
 from appliance.engine import Engine
@@ -27,11 +29,20 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     ]
 }
 
-WaitQuery = Annotated[float, Query(ge=0, le=600,
-                                   description="seconds to wait for the job to finish")]
+WaitQuery = Annotated[float, Query(
+    ge=0, le=600, description="seconds to wait for the job to finish (at most 600); the "
+                              "wait holds no server thread, only one of the token's "
+                              "requests in flight (max_per_token)")]
 
 
-def job_response(engine: Engine, job: Job, wait: float) -> schemas.JobOut:
-    if wait > 0:
-        job = engine.jobs.wait(job.id, wait)
-    return convert.job_out(job)
+async def job_response(engine: Engine, start: Callable[[], Job], wait: float) -> schemas.JobOut:
+    """The job ``start`` makes (a service call: on a worker thread, as it may wait for the
+    change lock), once finished or after ``wait`` seconds."""
+    job = await run_in_threadpool(start)
+    return convert.job_out(await finished(engine, job, wait))
+
+
+async def finished(engine: Engine, job: Job, wait: float) -> Job:
+    """``job`` once finished or after ``wait`` seconds; the wait holds no thread
+    (:meth:`JobManager.wait_async`), so long-polls never starve other requests."""
+    return await engine.jobs.wait_async(job.id, wait) if wait > 0 else job

@@ -8,10 +8,11 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
-from api.routes.common import ERRORS, WaitQuery
+from api.routes.common import ERRORS, WaitQuery, finished
 from appliance.errors import InvalidInput, NotFound
 from appliance.probes import plots
 from appliance.probes.model import ProbeResult
@@ -97,15 +98,13 @@ def list_profiles(engine: EngineDep, _: PrincipalDep) -> list[ProbeProfileOut]:
 
 
 @router.post("", status_code=202, response_model=ProbeJobOut)
-def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
-              wait: WaitQuery = 0) -> ProbeJobOut:
+async def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
+                    wait: WaitQuery = 0) -> ProbeJobOut:
     """Checks the request (profile, overrides, datastore, free space, one probe per
     datastore) and runs the probe as a job; the result is kept even if it fails."""
-    svc = engine.probes
-    probe_id, job = submit(engine.jobs, svc, ProbeRequest(body.profile, body.datastore,
-                                                     body.target, body.overrides))
-    if wait > 0:
-        job = engine.jobs.wait(job.id, wait)
+    request = ProbeRequest(body.profile, body.datastore, body.target, body.overrides)
+    probe_id, job = await run_in_threadpool(submit, engine.jobs, engine.probes, request)
+    job = await finished(engine, job, wait)
     return ProbeJobOut(**convert.job_out(job).model_dump(), result_id=probe_id)
 
 
