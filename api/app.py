@@ -29,7 +29,8 @@ ZDS turns ZFS pools into VM datastores for VMware ESXi and KVM: NFS exports (nfs
 and iSCSI LUNs (LIO), provisioned here, with built-in performance probes.
 
 Every endpoint but `GET /api/v1/system/health` needs `Authorization: Bearer <token>`
-(`zds token create --role admin|readonly`); readonly tokens may only GET.
+(`zds token create --role admin|readonly`); readonly tokens may only GET. Health without
+a token tells status and codes only; with any valid token, every detail.
 Errors are `{"error": {"code", "message", "detail"}}` with 401/403/404/409/413/422/429/503.
 The token is checked before the body is read; bodies are capped (413 `too_large`), and so
 are requests in flight, in all (503 `busy`) and per token (429 `too_many_requests`), both

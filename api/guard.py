@@ -15,8 +15,9 @@ one error envelope (api/errors.py) without reading the body. For every protected
 Only then is the body read (into memory: it is at most the limit, and the routes read it
 whole anyway) and the route run, with the verdict in ``request.state.principal`` for
 :func:`api.deps.authorize`. Health needs no token; one given is checked the same way and
-makes the full answer (api/routes/system.py). A refusal made before the body is read
-closes the connection, so the server stops reading what the client is still sending.
+makes the full answer (api/routes/system.py), and health is never refused: past a limit
+it gives the public answer. A refusal made before the body is read closes the
+connection, so the server stops reading what the client is still sending.
 
 While a route runs, the guard watches for the client leaving and then cancels the route:
 a long-poll whose client went away stops holding its token's slot at once. (A route that
@@ -98,10 +99,12 @@ class Guard:
         kind = path_kind(_route_path(scope))
         token = _bearer(scope)
         if kind == "open" or (kind == "health" and token is None):
-            scope.setdefault("state", {})["principal"] = None
-            await self._serve(scope, receive, send, watch=False)
+            await self._anonymous(scope, receive, send)
             return
         if not self._enter():
+            if kind == "health":  # health always answers: the public one costs nothing
+                await self._anonymous(scope, receive, send)
+                return
             await self._refuse(scope, receive, send, 503, "busy",
                                f"the API is answering {self.max_in_flight} requests already "
                                "(max_in_flight): retry in a moment",
@@ -130,6 +133,9 @@ class Guard:
             await self._serve(scope, receive, send, watch=True)
             return
         with self._token_slot(principal) as admitted:
+            if not admitted and kind == "health":
+                await self._anonymous(scope, receive, send)
+                return
             if not admitted:
                 await self._refuse(scope, receive, send, 429, "too_many_requests",
                                    f"token {principal.name!r} has {self.max_per_token} "
@@ -138,6 +144,11 @@ class Guard:
                                    retry=True)
                 return
             await self._serve(scope, receive, send, watch=True)
+
+    async def _anonymous(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Served without a principal: open paths, and health's public answer."""
+        scope.setdefault("state", {})["principal"] = None
+        await self._serve(scope, receive, send, watch=False)
 
     async def _verify(self, token: str | None) -> Principal:
         if token is None:
