@@ -338,7 +338,7 @@ class ComponentStatusOut(BaseModel):
 class HealthSummaryOut(BaseModel):
     """Health without a token: status and codes only. Details (messages, pools, alerts,
     each component's text) can name hosts, pools and what a hook printed, so they need a
-    token (:class:`HealthOut`)."""
+    token (HealthOut)."""
 
     status: Literal["ok", "degraded", "down", "starting"]
     components: dict[str, ComponentStatusOut]
