@@ -52,8 +52,9 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
         if start:
             engine.stop()
 
+    # /docs is api/console.py's own page (FastAPI's loads Swagger UI from a CDN); no /redoc
     app = FastAPI(title="ZDS — ZFS Datastore Server", version=__version__,
-                  description=DESCRIPTION, lifespan=lifespan)
+                  description=DESCRIPTION, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
 
     @app.exception_handler(ZdsError)
@@ -95,7 +96,7 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
         v1.include_router(router, dependencies=[Depends(authorize)])
     app.include_router(v1)
     app.include_router(metrics.scrape, dependencies=[Depends(authorize)])
-    console.mount(app)  # /ui: static files only; it reads and changes through /api/v1
+    console.mount(app)  # /ui and /docs: static files; they read through /api/v1
     # last, so outermost: token, size and load are checked before anything else runs
     app.add_middleware(Guard, engine=engine)
     return app
