@@ -51,8 +51,9 @@ RETRY_AFTER = "1"  # seconds: a slot frees as soon as one request answers
 # never takes the threads the routes run on; a token that is not even shaped like one is
 # refused without a thread. No cache of verified tokens: `zds token revoke` runs in
 # another process, so a cache could not see a revoke without reading the store, which is
-# all it would save (one indexed read and one write).
+# all it would save (one indexed read and one write). One pool per process (one API).
 VERIFY_THREADS = 2
+_VERIFY_POOL = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="zds-auth")
 
 PathKind = Literal["protected", "health", "open"]
 
@@ -85,7 +86,6 @@ class Guard:
         self.max_result_body = settings.max_result_body
         self.max_in_flight = settings.max_in_flight
         self.max_per_token = settings.max_per_token
-        self._verify_pool = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="zds-auth")
         # the counters are changed from the event loop, but tests may drive one app from
         # several loops (one per TestClient)
         self._lock = threading.Lock()
@@ -157,7 +157,7 @@ class Guard:
         if not tokens.well_formed(token):
             raise Unauthorized("invalid or revoked token")
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._verify_pool, tokens.verify, token)
+        return await loop.run_in_executor(_VERIFY_POOL, tokens.verify, token)
 
     # ----------------------------------------------------------------- counting
     def _enter(self) -> bool:

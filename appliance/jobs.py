@@ -34,6 +34,10 @@ FINISHED: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
 # An async wait re-reads its job at least this often even if nothing woke it (a safety
 # net: every change of a job row goes through this manager and wakes its waiters).
 REREAD_EVERY = 30.0
+# Async waits read their job's row here, off the event loop and off the threads the API's
+# routes run on: reads are short and the store serialises them anyway. One pool per
+# process (its threads start on first use).
+_READS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zds-job-read")
 
 
 @dataclass(frozen=True)
@@ -103,9 +107,6 @@ class JobManager:
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] \
             = {}
         self._waiters_lock = threading.Lock()
-        # async waits read the job's row here, off the event loop and off the threads the
-        # API's routes run on (reads are short; the store serialises them anyway)
-        self._reads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zds-job-read")
 
     def recover(self) -> int:
         """Marks jobs interrupted by a restart as failed; returns how many."""
@@ -249,7 +250,7 @@ class JobManager:
             with self._waiters_lock:  # before the read, so no change slips between them
                 self._waiters.setdefault(job_id, set()).add(waiter)
             try:
-                job = await loop.run_in_executor(self._reads, self.get, job_id)
+                job = await loop.run_in_executor(_READS, self.get, job_id)
                 remaining = deadline - loop.time()
                 if job.done or remaining <= 0:
                     return job
