@@ -15,6 +15,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import console
 from api.deps import authorize
+from api.errors import engine_error_response, error_response
+from api.guard import Guard
 from api.routes import datastores, groups, jobs, metrics, policies, pools, replication, system
 from appliance import __version__
 from appliance.engine import Engine
@@ -27,8 +29,12 @@ ZDS turns ZFS pools into VM datastores for VMware ESXi and KVM: NFS exports (nfs
 and iSCSI LUNs (LIO), provisioned here, with built-in performance probes.
 
 Every endpoint but `GET /api/v1/system/health` needs `Authorization: Bearer <token>`
-(`zds token create --role admin|readonly`); readonly tokens may only GET.
-Errors are `{"error": {"code", "message", "detail"}}` with 401/403/404/409/422/503.
+(`zds token create --role admin|readonly`); readonly tokens may only GET. Health without
+a token tells status and codes only; with any valid token, every detail.
+Errors are `{"error": {"code", "message", "detail"}}` with 401/403/404/409/413/422/429/503.
+The token is checked before the body is read; bodies are capped (413 `too_large`), and so
+are requests in flight, in all (503 `busy`) and per token (429 `too_many_requests`), both
+with `Retry-After`.
 Long work answers 202 with a job: poll `GET /api/v1/jobs/{id}?wait=30`.
 """
 
@@ -46,15 +52,14 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
         if start:
             engine.stop()
 
+    # /docs is api/console.py's own page (FastAPI's loads Swagger UI from a CDN); no /redoc
     app = FastAPI(title="ZDS — ZFS Datastore Server", version=__version__,
-                  description=DESCRIPTION, lifespan=lifespan)
+                  description=DESCRIPTION, lifespan=lifespan, docs_url=None, redoc_url=None)
     app.state.engine = engine
 
     @app.exception_handler(ZdsError)
     async def zds_error(_: Request, exc: ZdsError) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse(status_code=exc.status, headers=headers, content={
-            "error": {"code": exc.code, "message": exc.message, "detail": exc.detail}})
+        return engine_error_response(exc)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -70,17 +75,15 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
             # several routes (GET, PUT, DELETE /datastores/{name}) allows them all
             headers["Allow"] = ", ".join(_allowed_methods(app, request.url.path))
             message = f"{request.method} is not allowed here; allowed: {headers['Allow']}"
-        return JSONResponse(status_code=exc.status_code, headers=headers, content={
-            "error": {"code": code, "message": message, "detail": {}}})
+        return error_response(exc.status_code, code, message, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
         problems = [f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}"
                     for e in exc.errors()]
-        return JSONResponse(status_code=422, content={"error": {
-            "code": "invalid_input", "message": "; ".join(problems),
-            "detail": {"errors": [{k: v for k, v in e.items() if k in ("loc", "msg", "type")}
-                                  for e in exc.errors()]}}})
+        return error_response(422, "invalid_input", "; ".join(problems), {
+            "errors": [{k: v for k, v in e.items() if k in ("loc", "msg", "type")}
+                       for e in exc.errors()]})
 
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
@@ -93,7 +96,9 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
         v1.include_router(router, dependencies=[Depends(authorize)])
     app.include_router(v1)
     app.include_router(metrics.scrape, dependencies=[Depends(authorize)])
-    console.mount(app)  # /ui: static files only; it reads and changes through /api/v1
+    console.mount(app)  # /ui and /docs: static files; they read through /api/v1
+    # last, so outermost: token, size and load are checked before anything else runs
+    app.add_middleware(Guard, engine=engine)
     return app
 
 
@@ -113,7 +118,7 @@ def _allowed_methods(app: FastAPI, path: str) -> list[str]:
 
 HTTP_CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
               405: "method_not_allowed", 409: "conflict", 413: "too_large",
-              415: "unsupported_media_type", 422: "invalid_input"}
+              415: "unsupported_media_type", 422: "invalid_input", 429: "too_many_requests"}
 
 
 def _optional_router(module: str) -> APIRouter | None:

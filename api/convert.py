@@ -78,6 +78,13 @@ def health_out(h: Health) -> s.HealthOut:
     return s.HealthOut(**asdict(h))
 
 
+def health_summary_out(h: Health) -> s.HealthSummaryOut:
+    return s.HealthSummaryOut.model_validate({
+        "status": h.status, "in_sync": h.in_sync, "checked_at": h.checked_at, "age": h.age,
+        "started_at": h.started_at,
+        "components": {n: {"ok": c.ok} for n, c in h.components.items()}})
+
+
 def snapshot_out(v: SnapshotView) -> s.SnapshotOut:
     return s.SnapshotOut(**asdict(v))
 

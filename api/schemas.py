@@ -315,6 +315,8 @@ class FillAlertOut(BaseModel):
 
 
 class HealthOut(BaseModel):
+    """Health with a valid token (any role): everything the watcher's last check found."""
+
     status: Literal["ok", "degraded", "down", "starting"]
     components: dict[str, ComponentOut]
     in_sync: bool
@@ -327,6 +329,25 @@ class HealthOut(BaseModel):
     pools: list[PoolProblemOut] = Field(description="pools that are not ONLINE")
     alerts: list[FillAlertOut] = Field(description="pools 80/90/95% full")
     message: str = Field(description="what is wrong, in words ('' when ok)")
+
+
+class ComponentStatusOut(BaseModel):
+    ok: bool
+
+
+class HealthSummaryOut(BaseModel):
+    """Health without a token: status and codes only. Details (messages, pools, alerts,
+    each component's text) can name hosts, pools and what a hook printed, so they need a
+    token (HealthOut)."""
+
+    status: Literal["ok", "degraded", "down", "starting"]
+    components: dict[str, ComponentStatusOut]
+    in_sync: bool
+    checked_at: float = Field(description="unix time of the check this answer comes from "
+                                          "(0: none yet)")
+    age: float = Field(description="seconds since that check")
+    started_at: float = Field(description="unix time the API finished restoring every "
+                                          "export and LUN at start-up (0: still starting)")
 
 
 class DriftItemOut(BaseModel):

@@ -4,10 +4,16 @@ A job is never lost: its row is written before it runs, and at start-up any job 
 was queued or running when the API stopped is marked failed ("interrupted"): by
 :meth:`JobManager.shutdown` when the API stops cleanly, by :meth:`JobManager.recover` at
 the next start when it did not.
+
+Waiting for a job has two forms: :meth:`JobManager.wait` blocks a thread (the engine's own
+callers), :meth:`JobManager.wait_async` holds none (the API's long-polls: thousands of them
+cost a future each, woken by the job's thread when its row changes).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -25,6 +31,13 @@ log = logging.getLogger(__name__)
 
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
+# An async wait re-reads its job at least this often even if nothing woke it (a safety
+# net: every change of a job row goes through this manager and wakes its waiters).
+REREAD_EVERY = 30.0
+# Async waits read their job's row here, off the event loop and off the threads the API's
+# routes run on: reads are short and the store serialises them anyway. One pool per
+# process (its threads start on first use).
+_READS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="zds-job-read")
 
 
 @dataclass(frozen=True)
@@ -90,6 +103,10 @@ class JobManager:
         self._changed = threading.Condition()
         self._contexts: dict[str, JobContext] = {}
         self._stopping = False
+        # async waits: the futures to wake when a job's row changes, with their loops
+        self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] \
+            = {}
+        self._waiters_lock = threading.Lock()
 
     def recover(self) -> int:
         """Marks jobs interrupted by a restart as failed; returns how many."""
@@ -105,6 +122,7 @@ class JobManager:
                 "WHERE state IN ('queued','running')",
                 (err, now),
             )
+        self._wake(None)
         return cur.rowcount
 
     def submit(self, kind: str, target: str | None, fn: JobFunction,
@@ -165,6 +183,18 @@ class JobManager:
             db.execute(f"UPDATE jobs SET {cols} WHERE id=?", (*sets.values(), job_id))
         with self._changed:
             self._changed.notify_all()
+        self._wake(job_id)
+
+    def _wake(self, job_id: str | None) -> None:
+        """Wakes the async waits of ``job_id`` (None: of every job), from any thread."""
+        with self._waiters_lock:
+            if job_id is None:
+                waiting = [w for ws in self._waiters.values() for w in ws]
+            else:
+                waiting = list(self._waiters.get(job_id, ()))
+        for loop, woken in waiting:
+            with contextlib.suppress(RuntimeError):  # that loop has closed: nobody waits
+                loop.call_soon_threadsafe(_set_done, woken)
 
     def get(self, job_id: str) -> Job:
         with self.store.connect() as db:
@@ -209,6 +239,31 @@ class JobManager:
             job = self.get(job_id)
         return job
 
+    async def wait_async(self, job_id: str, timeout: float) -> Job:
+        """:meth:`wait` for an event loop, holding no thread while it waits: the job's
+        thread wakes it (:meth:`_update`); only the reads of the row run on a thread."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout)
+        while True:
+            woken: asyncio.Future[None] = loop.create_future()
+            waiter = (loop, woken)
+            with self._waiters_lock:  # before the read, so no change slips between them
+                self._waiters.setdefault(job_id, set()).add(waiter)
+            try:
+                job = await loop.run_in_executor(_READS, self.get, job_id)
+                remaining = deadline - loop.time()
+                if job.done or remaining <= 0:
+                    return job
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken, min(remaining, REREAD_EVERY))
+            finally:
+                with self._waiters_lock:
+                    left = self._waiters.get(job_id)
+                    if left is not None:
+                        left.discard(waiter)
+                        if not left:
+                            del self._waiters[job_id]
+
     def cancel(self, job_id: str) -> Job:
         job = self.get(job_id)
         if job.done:
@@ -244,3 +299,8 @@ class JobManager:
             self._cancel(ctx)
         self._pool.shutdown(wait=False, cancel_futures=True)
         self._long.shutdown(wait=False, cancel_futures=True)
+
+
+def _set_done(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

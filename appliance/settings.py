@@ -6,6 +6,11 @@ Every key has a default, so a missing file means "defaults". Example::
     listen = "0.0.0.0"
     port = 8443
     tls = true
+    max_body = 1048576            # bytes of a request body (413 beyond)
+    max_result_body = 67108864    # ... of POST /api/v1/probes/results (client probe results)
+    max_in_flight = 128           # requests answered at once (503 busy beyond)
+    max_per_token = 16            # ... by one token (429 beyond)
+    limit_concurrency = 512       # connections uvicorn accepts at once
     [state]
     dir = "/var/lib/zds"
     [nfs]
@@ -63,6 +68,15 @@ class Settings:
     # Thin datastores may be promised up to this multiple of a pool's capacity (a pool's
     # own zds:overcommit property wins; PATCH /pools/{name} sets it).
     max_overcommit: float = 20.0
+    # The API's limits, checked before a request's body is read (api/guard.py): bytes of
+    # a body, and of a client's probe result (a long sweep's per-second series); requests
+    # answered at once (503 busy beyond), by one token (429 beyond); connections uvicorn
+    # takes at once (its own plain 503 beyond: above max_in_flight, so ours comes first).
+    max_body: int = 1 << 20
+    max_result_body: int = 64 << 20
+    max_in_flight: int = 128
+    max_per_token: int = 16
+    limit_concurrency: int = 512
     # Address put into attach instructions when the request does not tell one.
     public_address: str | None = None
     firstboot_pool: str = "tank"
@@ -128,6 +142,12 @@ def load_settings(path: Path | None = None) -> Settings:
         tls_cert=Path(api.get("tls_cert", base.tls_cert)),
         tls_key=Path(api.get("tls_key", base.tls_key)),
         public_address=api.get("public_address", base.public_address),
+        max_body=_positive_int(path, api, "max_body", base.max_body),
+        max_result_body=_positive_int(path, api, "max_result_body", base.max_result_body),
+        max_in_flight=_positive_int(path, api, "max_in_flight", base.max_in_flight),
+        max_per_token=_positive_int(path, api, "max_per_token", base.max_per_token),
+        limit_concurrency=_positive_int(path, api, "limit_concurrency",
+                                        base.limit_concurrency),
         nfs_server=nfs_server,
         ganesha_exports_dir=Path(ganesha.get("exports_dir", base.ganesha_exports_dir)),
         ganesha_dbus_address=ganesha.get("dbus_address") or None,
@@ -147,6 +167,13 @@ def load_settings(path: Path | None = None) -> Settings:
         hooks_dir=Path(data.get("policies", {}).get("hooks_dir", base.hooks_dir)),
         extra=data,
     )
+
+
+def _positive_int(path: Path, table: dict[str, Any], key: str, default: int) -> int:
+    value = table.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InvalidInput(f"{path}: [api] {key} = {value!r}: expected a whole number >= 1")
+    return value
 
 
 def config_path(path: Path | None = None) -> Path:

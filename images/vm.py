@@ -428,13 +428,17 @@ class Appliance:
 
     # -- health
     def health(self, timeout: float = 5.0) -> tuple[int, str] | None:
-        """(HTTP status, body) of the API health endpoint, or None when nothing answers."""
+        """(HTTP status, body) of the API health endpoint, or None when nothing answers.
+        With the admin token (when this state directory has one) the body has the details
+        (``message``); without, the API answers status and codes only."""
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # the appliance's certificate is self-signed
+        request = urllib.request.Request(self.api_url + HEALTH_PATH)
+        if self.token_file.exists():
+            request.add_header("Authorization", f"Bearer {self.admin_token()}")
         try:
-            with urllib.request.urlopen(self.api_url + HEALTH_PATH, timeout=timeout,
-                                        context=ctx) as r:
+            with urllib.request.urlopen(request, timeout=timeout, context=ctx) as r:
                 return r.status, r.read().decode(errors="replace")
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")

@@ -29,6 +29,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         ssl_certfile=str(settings.tls_cert) if tls else None,
         ssl_keyfile=str(settings.tls_key) if tls else None,
         log_level="info",
+        # connections at once: beyond, uvicorn's own plain 503 (the guard's busy, in the
+        # envelope, comes first at max_in_flight requests)
+        limit_concurrency=settings.limit_concurrency,
     )
     return 0
 
@@ -48,7 +51,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"ZDS demo API (in-memory fakes, nothing is stored on disk devices)\n"
           f"  http://{args.host}:{args.port}/docs\n  console: http://{args.host}:{args.port}/ui\n"
           f"  token: {token}", flush=True)
-    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning",
+                limit_concurrency=engine.settings.limit_concurrency)
     return 0
 
 

@@ -39,10 +39,11 @@ def put_datastore(name: str, body: schemas.DatastorePut, request: Request, respo
 
 
 @router.delete("/{name}", status_code=202, response_model=schemas.JobOut)
-def delete_datastore(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
-                     force: bool = False) -> schemas.JobOut:
+async def delete_datastore(name: str, engine: EngineDep, _: PrincipalDep,
+                           wait: WaitQuery = 0, force: bool = False) -> schemas.JobOut:
     """Refused (409) while NFS clients or iSCSI initiators are connected, unless force."""
-    return job_response(engine, engine.datastores.delete(name, force=force), wait)
+    return await job_response(engine, lambda: engine.datastores.delete(name, force=force),
+                              wait)
 
 
 @router.get("/{name}/attach", response_model=schemas.AttachBody)

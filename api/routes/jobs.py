@@ -21,10 +21,11 @@ def list_jobs(engine: EngineDep, _: PrincipalDep, state: str | None = None,
 
 
 @router.get("/{job_id}", response_model=schemas.JobOut)
-def get_job(job_id: str, engine: EngineDep, _: PrincipalDep,
-            wait: WaitQuery = 0) -> schemas.JobOut:
-    """With ``wait``, answers when the job finishes or the wait is over."""
-    return convert.job_out(engine.jobs.wait(job_id, wait))
+async def get_job(job_id: str, engine: EngineDep, _: PrincipalDep,
+                  wait: WaitQuery = 0) -> schemas.JobOut:
+    """With ``wait``, answers when the job finishes or the wait is over (a long-poll that
+    holds no server thread)."""
+    return convert.job_out(await engine.jobs.wait_async(job_id, wait))
 
 
 @router.post("/{job_id}/cancel", response_model=schemas.JobOut)

@@ -79,11 +79,11 @@ def delete_policy(name: str, engine: EngineDep, _: PrincipalDep) -> Response:
 
 
 @router.post("/{name}/run", status_code=202, response_model=schemas.JobOut)
-def run_policy(name: str, engine: EngineDep, _: PrincipalDep,
-               wait: WaitQuery = 0) -> schemas.JobOut:
+async def run_policy(name: str, engine: EngineDep, _: PrincipalDep,
+                     wait: WaitQuery = 0) -> schemas.JobOut:
     """Runs the policy now (409 while a run of it is going); the job's result lists the
     snapshots taken and pruned, VMs not quiesced and hook output."""
-    return job_response(engine, engine.policies.run_now(name), wait)
+    return await job_response(engine, lambda: engine.policies.run_now(name), wait)
 
 
 def vcenter_out(vc: VcenterSpec, engine: EngineDep) -> sp.VcenterOut:

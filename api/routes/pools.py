@@ -30,15 +30,15 @@ def get_pool(name: str, engine: EngineDep, _: PrincipalDep) -> schemas.PoolOut:
 
 
 @router.post("/{name}/disks/{action}", status_code=202, response_model=schemas.JobOut)
-def disk_operation(name: str, action: Literal["offline", "online", "replace", "attach",
-                                              "detach"],
-                   body: schemas.DiskOperation, engine: EngineDep, _: PrincipalDep,
-                   wait: WaitQuery = 0) -> schemas.JobOut:
+async def disk_operation(name: str, action: Literal["offline", "online", "replace",
+                                                    "attach", "detach"],
+                         body: schemas.DiskOperation, engine: EngineDep, _: PrincipalDep,
+                         wait: WaitQuery = 0) -> schemas.JobOut:
     """Take a disk offline or online, replace a failed disk (resilver), attach a disk to
     make a mirror, detach one from a mirror. The job waits for the resilver and reports
     its progress; GET /pools/{name} shows each disk's state."""
-    return job_response(engine, engine.pools.disk(name, action, body.disk, body.new_disk,
-                                                  body.force), wait)
+    return await job_response(engine, lambda: engine.pools.disk(
+        name, action, body.disk, body.new_disk, body.force), wait)
 
 
 @router.patch("/{name}", response_model=schemas.PoolOut)
@@ -50,30 +50,32 @@ def patch_pool(name: str, body: schemas.PoolPatch, engine: EngineDep,
 
 
 @router.post("", status_code=202, response_model=schemas.JobOut)
-def create_pool(body: schemas.PoolCreate, engine: EngineDep, _: PrincipalDep,
-                wait: WaitQuery = 0) -> schemas.JobOut:
-    return job_response(engine, engine.pools.create(convert.pool_request(body)), wait)
+async def create_pool(body: schemas.PoolCreate, engine: EngineDep, _: PrincipalDep,
+                      wait: WaitQuery = 0) -> schemas.JobOut:
+    return await job_response(engine, lambda: engine.pools.create(convert.pool_request(body)),
+                              wait)
 
 
 @router.post("/{name}/scrub", status_code=202, response_model=schemas.JobOut)
-def scrub(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0) -> schemas.JobOut:
-    return job_response(engine, engine.pools.scrub(name), wait)
+async def scrub(name: str, engine: EngineDep, _: PrincipalDep,
+                wait: WaitQuery = 0) -> schemas.JobOut:
+    return await job_response(engine, lambda: engine.pools.scrub(name), wait)
 
 
 @router.post("/{name}/export", status_code=202, response_model=schemas.JobOut)
-def export(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
-           force: bool = False) -> schemas.JobOut:
+async def export(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+                 force: bool = False) -> schemas.JobOut:
     """Stops serving the pool's datastores (needs force when it has any) and exports it."""
-    return job_response(engine, engine.pools.export(name, force=force), wait)
+    return await job_response(engine, lambda: engine.pools.export(name, force=force), wait)
 
 
 @router.post("/{name}/import", status_code=202, response_model=schemas.JobOut)
-def import_pool(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
-                force: bool = False) -> schemas.JobOut:
+async def import_pool(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+                      force: bool = False) -> schemas.JobOut:
     """Imports the pool, adopts the datastores its zds:* properties describe, serves them.
 
     A pool another system used last and did not export (an old system disk, another
     appliance) fails unless force=true: force it only when that system is off, as a pool
     imported by two systems at once is corrupted.
     """
-    return job_response(engine, engine.pools.import_(name, force=force), wait)
+    return await job_response(engine, lambda: engine.pools.import_(name, force=force), wait)

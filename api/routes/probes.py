@@ -8,14 +8,15 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Query, Response
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
+from starlette.concurrency import run_in_threadpool
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
-from api.routes.common import ERRORS, WaitQuery
-from appliance.errors import InvalidInput, NotFound
+from api.routes.common import ERRORS, WaitQuery, finished
+from appliance.errors import NotFound
 from appliance.probes import plots
 from appliance.probes.model import ProbeResult
-from appliance.probes.service import ProbeRequest, submit
+from appliance.probes.service import MAX_PLOT_IDS, ProbeRequest, submit
 from appliance.probes.store import ResultFilter
 
 MAX_OFFSET = 1 << 31  # SQLite takes 64-bit integers; nobody pages that far
@@ -97,15 +98,13 @@ def list_profiles(engine: EngineDep, _: PrincipalDep) -> list[ProbeProfileOut]:
 
 
 @router.post("", status_code=202, response_model=ProbeJobOut)
-def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
-              wait: WaitQuery = 0) -> ProbeJobOut:
+async def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
+                    wait: WaitQuery = 0) -> ProbeJobOut:
     """Checks the request (profile, overrides, datastore, free space, one probe per
     datastore) and runs the probe as a job; the result is kept even if it fails."""
-    svc = engine.probes
-    probe_id, job = submit(engine.jobs, svc, ProbeRequest(body.profile, body.datastore,
-                                                     body.target, body.overrides))
-    if wait > 0:
-        job = engine.jobs.wait(job.id, wait)
+    request = ProbeRequest(body.profile, body.datastore, body.target, body.overrides)
+    probe_id, job = await run_in_threadpool(submit, engine.jobs, engine.probes, request)
+    job = await finished(engine, job, wait)
     return ProbeJobOut(**convert.job_out(job).model_dump(), result_id=probe_id)
 
 
@@ -154,11 +153,12 @@ def plot_result(
     result_id: str, engine: EngineDep, _: PrincipalDep,
     kind: Literal["timeseries", "percentiles", "sweep", "size-sweep"] | None = None,
     format: Literal["svg", "png"] = "svg",
-    with_: Annotated[str | None, Query(alias="with",
-                                       description="more result ids, comma separated")] = None,
+    with_: Annotated[str | None, Query(
+        alias="with", description=f"more result ids, comma separated: at most "
+                                  f"{MAX_PLOT_IDS - 1} (422 beyond)")] = None,
 ) -> Response:
     """IOPS and latency over time, latency percentiles, sweep curves or size-sweep bars;
-    ``with`` overlays other results (e.g. local vs nfs)."""
+    ``with`` overlays other results (e.g. local vs nfs), up to 20 in all."""
     ids = [result_id, *[i for i in (with_ or "").split(",") if i]]
     data = engine.probes.plot(ids, kind, format)
     return Response(content=data,
@@ -166,13 +166,13 @@ def plot_result(
 
 
 @router.get("/report", response_class=HTMLResponse)
-def html_report(ids: str, engine: EngineDep, _: PrincipalDep,
-                title: str = "ZDS probe report") -> HTMLResponse:
-    """One self-contained HTML page (tables + inline SVG) for the given result ids."""
-    id_list = [i for i in ids.split(",") if i]
-    if not id_list:
-        raise InvalidInput("ids: give at least one result id")
-    return HTMLResponse(engine.probes.report(id_list, title))
+def html_report(
+    ids: Annotated[str, Query(description=f"result ids, comma separated: 1 to {MAX_PLOT_IDS} "
+                                          "(422 otherwise)")],
+    engine: EngineDep, _: PrincipalDep, title: str = "ZDS probe report",
+) -> HTMLResponse:
+    """One self-contained HTML page (tables + inline SVG) for up to 20 results."""
+    return HTMLResponse(engine.probes.report([i for i in ids.split(",") if i], title))
 
 
 @router.post("/{result_id}/cancel", response_model=dict[str, Any])

@@ -45,10 +45,10 @@ def delete_replication(name: str, engine: EngineDep, _: PrincipalDep) -> Respons
 
 
 @router.post("/{name}/run", status_code=202, response_model=schemas.JobOut)
-def run_replication(name: str, engine: EngineDep, _: PrincipalDep,
-                    wait: WaitQuery = 0) -> schemas.JobOut:
+async def run_replication(name: str, engine: EngineDep, _: PrincipalDep,
+                          wait: WaitQuery = 0) -> schemas.JobOut:
     """A run now, as a job (409 while one runs). Its result says what was sent."""
-    return job_response(engine, engine.replication.run_now(name), wait)
+    return await job_response(engine, lambda: engine.replication.run_now(name), wait)
 
 
 @router.post("/{name}/check", response_model=r.CheckOut)

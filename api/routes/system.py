@@ -1,10 +1,11 @@
-"""/api/v1/system: health (no token needed), version, drift, reconcile."""
+"""/api/v1/system: health (no token needed: then status and codes only), version, drift,
+reconcile."""
 
 from __future__ import annotations
 
 from dataclasses import asdict
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
@@ -13,18 +14,30 @@ from api.routes.common import ERRORS
 router = APIRouter(prefix="/system", tags=["system"], responses=ERRORS)
 
 
-@router.get("/health", response_model=schemas.HealthOut,
-            responses={503: {"model": schemas.HealthOut,
-                             "description": "starting, or ZFS is down"}})
-def health(engine: EngineDep, response: Response) -> schemas.HealthOut:
+@router.get("/health", response_model=schemas.HealthOut | schemas.HealthSummaryOut,
+            responses={
+                200: {"description": "ok or degraded: the full answer (HealthOut) with a "
+                                     "valid token, status and codes only "
+                                     "(HealthSummaryOut) without one"},
+                503: {"model": schemas.HealthOut | schemas.HealthSummaryOut,
+                      "description": "starting, or ZFS is down (the same two shapes)"}})
+def health(engine: EngineDep, request: Request,
+           response: Response) -> schemas.HealthOut | schemas.HealthSummaryOut:
     """Are ZFS, LIO and ganesha up and in sync with the records? Answered from the
     watcher's last check (``checked_at``, ``age``): it runs no command, so it costs the
     same with any number of datastores. 200 for ok and degraded (a pool that is not
     ONLINE, a daemon down, drift: ``message`` says what), 503 while the API is starting
-    or when ZFS is down."""
+    or when ZFS is down.
+
+    No token needed: without one (or with one that is not valid) the answer is status
+    and codes only; with a valid token of any role it has every detail (``message``,
+    ``pools``, ``alerts``, each component's ``detail``), which can name hosts and pools
+    and carry what a snapshot hook printed."""
     h = engine.system.health()
     if h.status in ("down", "starting"):
         response.status_code = 503
+    if getattr(request.state, "principal", None) is None:  # the guard's verdict
+        return convert.health_summary_out(h)
     return convert.health_out(h)
 
 

@@ -46,6 +46,10 @@ from appliance.probes.store import ProbeStore, ResultFilter
 
 log = logging.getLogger(__name__)
 
+# Results in one plot or report: each is read, parsed and drawn in the request, and a
+# readonly token may ask, so the list is capped (a comparison of more is not readable)
+MAX_PLOT_IDS = 20
+
 # ZFS properties recorded with each result (the settings in force)
 RECORDED_PROPS = ("recordsize", "volblocksize", "compression", "sync", "logbias", "atime",
                   "xattr", "acltype", "primarycache", "secondarycache", "dedup", "checksum")
@@ -344,11 +348,23 @@ class ProbeService:
                                          self.store.get(local) if local else None)
 
     def plot(self, ids: builtins.list[str], kind: str | None, fmt: str) -> bytes:
+        """One figure of up to :data:`MAX_PLOT_IDS` results."""
+        _check_ids(ids)
         results = [self.store.get(i) for i in ids]
         return plots.render(kind or plots.default_kind(results[0]), results, fmt)
 
     def report(self, ids: builtins.list[str], title: str = "ZDS probe report") -> str:
+        """One HTML page of up to :data:`MAX_PLOT_IDS` results."""
+        _check_ids(ids)
         return report.render_html([self.store.get(i) for i in ids], title)
+
+
+def _check_ids(ids: builtins.list[str]) -> None:
+    if not ids:
+        raise InvalidInput("give at least one result id")
+    if len(ids) > MAX_PLOT_IDS:
+        raise InvalidInput(f"at most {MAX_PLOT_IDS} result ids in one plot or report, "
+                           f"got {len(ids)}")
 
 
 # --------------------------------------------------------------------- wiring

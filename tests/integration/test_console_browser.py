@@ -299,3 +299,29 @@ def test_a_slow_page_does_not_replace_the_page_opened_after_it(
         # the overview's refresh timer (10 s) must not be running on this page
         time.sleep(11)
         assert css(d, "#ds-name")[0].get_attribute("value") == "typed-not-lost"
+
+
+def test_api_reference_renders_the_document_with_nothing_from_elsewhere(
+        served: Served) -> None:
+    """/docs (our page, not Swagger UI from a CDN) shows every operation and schema of
+    /openapi.json under the console's CSP, with nothing loaded from elsewhere."""
+    s = served
+    doc = httpx.get(s.base + "/openapi.json", timeout=30).json()
+    operations = sum(len([m for m in ops if m in ("get", "put", "post", "patch", "delete")])
+                     for ops in doc["paths"].values())
+    with browser.chromium() as d:
+        d.get(s.base + "/docs#schema-HealthSummaryOut")
+        wait_for(lambda: css(d, "section.op[id^=op-]"), what="the operations")
+        assert len(css(d, "section.op[id^=op-]")) == operations
+        assert len(css(d, "section.op[id^=schema-]")) == len(doc["components"]["schemas"])
+        assert "GET /api/v1/jobs/{job_id}" in css(d, "#toc")[0].text
+        health = css(d, "#op-health_api_v1_system_health_get")[0].get_attribute("textContent") \
+            or ""
+        assert "HealthSummaryOut" in health and "No token needed." in health
+        # the script ran (above) and the style sheets applied under the CSP
+        assert d.execute_script("return getComputedStyle(document.querySelector('header'))"
+                                ".backgroundColor") == "rgb(16, 42, 67)"
+        assert d.execute_script("return getComputedStyle(document.getElementById('toc'))"
+                                ".position") == "sticky"
+        assert browser.external_requests(d, s.base) == []
+        browser.screenshot(d, "api-reference")

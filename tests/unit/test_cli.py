@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -122,6 +123,26 @@ def test_local_token_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "hash" not in rows[0]
     assert main([*base, "token", "revoke", rows[0]["id"]]) == 0
     assert main([*base, "token", "revoke", rows[0]["id"]]) == 2  # not found: clear error
+
+
+def test_serve_bounds_the_connections_uvicorn_takes(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """uvicorn answers its own 503 beyond [api] limit_concurrency connections at once."""
+    from api.cli.common import Wiring
+
+    (tmp_path / "zds.toml").write_text("[api]\nlimit_concurrency = 77\n")
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    engines: list[Engine] = []
+
+    def engine(settings: Any) -> Engine:
+        engines.append(demo_engine(tmp_path / "state"))
+        return engines[-1]
+
+    rc = main(["--config", str(tmp_path / "zds.toml"), "--state-dir", str(tmp_path),
+               "serve", "--no-tls"], wiring=Wiring(engine=engine))
+    assert rc == 0 and seen["limit_concurrency"] == 77
+    engines[0].close()
 
 
 def test_openapi_command(capsys: pytest.CaptureFixture[str]) -> None:

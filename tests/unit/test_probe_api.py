@@ -204,6 +204,44 @@ def test_compare_plot_report_and_client_results(client: TestClient, probe: Probe
     assert client.post("/api/v1/probes/results", json=posted).status_code == 422
 
 
+def test_a_plot_or_report_takes_at_most_20_results(client: TestClient, rig: Rig,
+                                                   probe: Probe) -> None:
+    """A readonly token may ask for plots and reports, each result read and drawn in the
+    request: more than 20 ids is a 422 before any is read."""
+    _nfs(client)
+    rid = _run(client, profile="vm-mixed-4k", datastore="ds1")["result_id"]
+    ro = {"Authorization": f"Bearer {rig.engine.tokens.create('viewer', 'readonly')}"}
+    plot = f"/api/v1/probes/results/{rid}/plot"
+    asked: list[str] = []
+
+    class Read(Exception):
+        pass
+
+    def reading(result_id: str) -> Any:
+        asked.append(result_id)
+        raise Read()  # drawing 20 results costs seconds: that they get this far is enough
+
+    probe.service.store.get = reading  # type: ignore[method-assign]
+    for call in (lambda: probe.service.plot([rid] * 20, None, "svg"),
+                 lambda: probe.service.report([rid] * 20)):
+        with pytest.raises(Read):
+            call()
+    asked.clear()
+    for r in (client.get(plot, params={"with": ",".join([rid] * 20)}, headers=ro),
+              client.get("/api/v1/probes/report", params={"ids": ",".join([rid] * 21)},
+                         headers=ro)):
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["message"] == \
+            "at most 20 result ids in one plot or report, got 21"
+    assert asked == []
+    r = client.get("/api/v1/probes/report", params={"ids": ","}, headers=ro)
+    assert r.status_code == 422 and "at least one" in r.json()["error"]["message"]
+    doc = client.get("/openapi.json").json()["paths"]
+    params = {p["name"]: p.get("description", "") for p in
+              doc["/api/v1/probes/report"]["get"]["parameters"]}
+    assert "1 to 20" in params["ids"]
+
+
 def test_results_survive_an_api_restart(tmp_path: Path) -> None:
     rig = make_rig(tmp_path, pool_size=100 * GiB)
     rig.engine.start()
