@@ -164,6 +164,24 @@ def test_6_sshd_firewall_and_sandbox(appliance: E2EAppliance) -> None:
     assert status.split()[-1] == "1", status
 
 
+def test_6b_the_api_checks_the_token_before_the_body(appliance: E2EAppliance) -> None:
+    """Items 3 and 7 on the real uvicorn behind TLS: a broken body without a token is a
+    401 (not a parse error), an oversized one a 413 with a token, and health without a
+    token holds no message or hook output."""
+    with httpx.Client(base_url=appliance.api_url + "/api/v1", verify=False,
+                      timeout=120) as anon:
+        r = anon.put("/datastores/x", content=b"{not json",
+                     headers={"Content-Type": "application/json"})
+        assert r.status_code == 401 and r.json()["error"]["code"] == "unauthorized", r.text
+        health = anon.get("/system/health").json()
+        assert "message" not in health and "status" in health, health
+    with api_client(appliance.api_url, appliance.admin_token, timeout=120) as api:
+        r = api.put("/datastores/x", content=b"x" * (2 << 20),
+                    headers={"Content-Type": "application/json"})
+        assert r.status_code == 413 and r.json()["error"]["code"] == "too_large", r.text
+        assert "message" in ok(api.get("/system/health"))
+
+
 def test_7_cleanup(appliance: E2EAppliance) -> None:
     appliance.check(f"zfs destroy -r {PREFIX}; rm -f {STREAM}; "
                     "rm -rf /var/tmp/zds-hostile-root")
