@@ -8,11 +8,22 @@ host ports on 127.0.0.1, and yields an :class:`E2EAppliance`:
   exec(cmd, timeout) -> (rc, output)     a root shell command in the guest (test-only
                                          virtio-serial agent, see images/vm.py)
   reboot()                               reboots the guest, waits for the agent and the API
+  power_cycle(fresh_system, disks)       off and on again: a new system disk, other disks
   api_healthy                            whether the API answered before the tests started
   ssh(cmd)                               the same as root over SSH (127.0.0.1:ssh_port), with
                                          a key handed in by fw_cfg as the Vagrant box does
 
 Teardown powers the guest off through the monitor and then by the pidfile PID.
+
+Reboots are shared (issue 26: each one costs minutes under TCG). A test that must run on
+a rebooted appliance is marked ``@pytest.mark.after_reboot``; one that needs the power
+cycle of an update with a failed disk (a fresh system disk, zdsdata1 gone, an empty
+zdsdata2) ``@pytest.mark.after_power_cycle``. Every other test of the session runs first
+(phase 0), then the appliance reboots once and every ``after_reboot`` test runs (phase 1),
+then it power-cycles once and every ``after_power_cycle`` test runs (phase 2). The tests
+that follow a marked one in its module go with it, so a module's later steps (cleanups)
+keep their order; within a phase modules keep theirs, unless the marker says
+``order=N`` (lower first).
 `booted(image_dir, Boot(...), ...)` does the same for modules that need appliances of
 their own, e.g. two joined by a QEMU socket link (test_replication_pair_e2e.py).
 Hazard: LIO advertises the guest's 10.0.2.15 in iSCSI discovery; connect only to the
@@ -38,6 +49,48 @@ from images import build
 from images.vm import Appliance, Ports, SocketLink, VmError, kvm_works
 
 BOOT_TIMEOUT = float(os.environ.get("ZDS_E2E_BOOT_TIMEOUT", "900"))
+PHASES = {"after_reboot": 1, "after_power_cycle": 2}
+# the data disks after the shared power cycle: zdsdata1 failed, zdsdata2 new and empty
+POWER_CYCLE_DISKS = (0, 2)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "after_reboot(order=0): runs after the session "
+                                       "appliance's one shared reboot (phase 1)")
+    config.addinivalue_line("markers", "after_power_cycle(order=0): runs after its one "
+                                       "shared power cycle: a fresh system disk and a "
+                                       "failed data disk (phase 2)")
+
+
+def _phase_of(item: pytest.Item) -> tuple[int, int] | None:
+    for name, phase in PHASES.items():
+        mark = item.get_closest_marker(name)
+        if mark is not None:
+            return phase, int(mark.kwargs.get("order", 0))
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Phase 0, then phase 1, then phase 2 (see the module docstring); stable otherwise."""
+    keys: dict[int, tuple[int, int, int]] = {}
+    current: dict[str, tuple[int, int]] = {}  # module -> the phase its last mark set
+    for index, item in enumerate(items):
+        module = str(item.fspath)
+        marked = _phase_of(item)
+        if marked is not None:
+            current[module] = marked
+        phase, order = current.get(module, (0, 0))
+        keys[id(item)] = (phase, order, index)
+    items.sort(key=lambda it: keys[id(it)])
+
+
+@pytest.fixture(autouse=True)
+def _shared_restarts(request: pytest.FixtureRequest) -> None:
+    """Reboots (or power-cycles) the session appliance once, before the first test of
+    phase 1 (or 2) that needs it."""
+    marked = _phase_of(request.node)
+    if marked is not None:
+        request.getfixturevalue("shared_reboot" if marked[0] == 1 else "shared_power_cycle")
 
 
 @dataclass
@@ -100,23 +153,24 @@ class E2EAppliance:
     def reboot(self, timeout: float = BOOT_TIMEOUT) -> None:
         self.vm.reboot(timeout=timeout, wait_api=True)
 
-    def swap_system_disk(self, timeout: float = BOOT_TIMEOUT) -> None:
-        """Powers off, replaces the system disk with a fresh copy of the image (what an
-        update does; the data disks and the fw_cfg admin token stay) and boots again."""
-        self.vm.stop(timeout=120)
-        assert self.vm.prepare(fresh_system=True), "the data disks should have been reused"
-        self.vm.start(kvm=bool(self.timings.get("accel_kvm")))
-        self.vm.wait_control(timeout)
-        self.api_healthy = _wait_api(self.vm, timeout)
-
 
     def restart_with_disks(self, indexes: tuple[int, ...],
                            timeout: float = BOOT_TIMEOUT) -> None:
         """Powers off and boots with only the data disks zdsdata<i> for ``indexes``
         attached (a missing one is a failed disk; a new index is a new empty disk)."""
+        self.power_cycle(fresh_system=False, disks=indexes, timeout=timeout)
+
+    def power_cycle(self, *, fresh_system: bool, disks: tuple[int, ...] | None = None,
+                    timeout: float = BOOT_TIMEOUT) -> None:
+        """Powers off and boots again: with ``fresh_system`` on a new copy of the image
+        (an update: the data disks and the fw_cfg admin token stay), with ``disks`` on
+        only those data disks zdsdata<i> (a missing one is a failed disk; a new index a
+        new empty disk)."""
         self.vm.stop(timeout=120)
-        self.vm.disk_indexes = indexes
-        self.vm.prepare()
+        if disks is not None:
+            self.vm.disk_indexes = disks
+        old_data = self.vm.prepare(fresh_system=fresh_system)
+        assert old_data or not fresh_system, "the data disks should have been reused"
         self.vm.start(kvm=bool(self.timings.get("accel_kvm")))
         self.vm.wait_control(timeout)
         self.api_healthy = _wait_api(self.vm, timeout)
@@ -203,6 +257,30 @@ def built_image() -> Path:
     if os.geteuid() != 0:
         pytest.fail("the e2e suite needs root (image build with mmdebstrap, chroot)")
     return build.build()
+
+
+@pytest.fixture(scope="session")
+def shared_reboot(appliance: E2EAppliance) -> float:
+    """The session appliance's one reboot (phase 1); seconds until the API was healthy."""
+    t0 = time.monotonic()
+    appliance.reboot()
+    took = round(time.monotonic() - t0, 1)
+    appliance.timings["shared_reboot_s"] = took
+    print(f"\n[e2e] shared reboot: healthy after {took:.0f} s")
+    return took
+
+
+@pytest.fixture(scope="session")
+def shared_power_cycle(appliance: E2EAppliance) -> float:
+    """The session appliance's one power cycle (phase 2): a fresh system disk (an update)
+    and a failed mirror disk (zdsdata1 gone, an empty zdsdata2 in its place)."""
+    t0 = time.monotonic()
+    appliance.power_cycle(fresh_system=True, disks=POWER_CYCLE_DISKS)
+    took = round(time.monotonic() - t0, 1)
+    appliance.timings["shared_power_cycle_s"] = took
+    print(f"\n[e2e] shared power cycle: API up after {took:.0f} s "
+          f"(healthy: {appliance.api_healthy})")
+    return took
 
 
 @pytest.fixture(scope="session")

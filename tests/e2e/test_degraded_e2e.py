@@ -54,8 +54,11 @@ def wait_health(api: httpx.Client, want: str, timeout: float = 120) -> dict[str,
         time.sleep(3)
 
 
-def test_a_failed_mirror_disk_is_degraded_then_replaced(
-        appliance: E2EAppliance, api: httpx.Client, tmp_path: Path) -> None:
+state: dict[str, Any] = {}
+
+
+def test_1_data_before_a_disk_fails(appliance: E2EAppliance, api: httpx.Client,
+                                    tmp_path: Path) -> None:
     nfs, iscsi = Nfs(appliance.nfs_port, appliance.mountd_port, tmp_path), \
         Iscsi(appliance.iscsi_port, tmp_path)
     d = ok(api.put("/datastores/deg-nfs", json={
@@ -70,11 +73,22 @@ def test_a_failed_mirror_disk_is_degraded_then_replaced(
     iscsi.write(lun["iscsi"]["iqn"], INITIATOR, block, 4 * MiB)
     before = disks(ok(api.get("/pools/tank")))
     assert len(before) == 2 and set(before.values()) == {"ONLINE"}, before
+    state.update(d=d, lun=lun, payload=payload, block=block.read_bytes())
 
-    t0 = time.monotonic()
-    appliance.restart_with_disks((0, 2))  # zdsdata1 has failed; zdsdata2 is new and empty
+
+# the shared power cycle (tests/e2e/conftest.py) boots without zdsdata1 (failed) and with
+# an empty zdsdata2; it also swaps the system disk, which test_datastores_e2e.py checks
+@pytest.mark.after_power_cycle(order=0)
+def test_2_a_failed_mirror_disk_is_degraded_then_replaced(
+        appliance: E2EAppliance, api: httpx.Client, tmp_path: Path,
+        shared_power_cycle: float) -> None:
+    nfs, iscsi = Nfs(appliance.nfs_port, appliance.mountd_port, tmp_path), \
+        Iscsi(appliance.iscsi_port, tmp_path)
+    d, lun, payload = state["d"], state["lun"], state["payload"]
+    block = tmp_path / "block.bin"
+    block.write_bytes(state["block"])
     assert appliance.api_healthy, f"no API after the boot; see {appliance.serial_log}"
-    print(f"\n[e2e] boot with a failed mirror disk: API up after {time.monotonic() - t0:.0f} s")
+    print(f"\n[e2e] boot with a failed mirror disk: API up after {shared_power_cycle:.0f} s")
     h = api.get("/system/health")
     assert h.status_code == 200, h.text
     health = h.json()
@@ -83,7 +97,7 @@ def test_a_failed_mirror_disk_is_degraded_then_replaced(
     assert problem["pool"] == "tank" and problem["health"] == "DEGRADED", problem
     assert "replace" in problem["action"].lower(), problem
     served = {x["name"]: x["serving"] for x in ok(api.get("/datastores"))}
-    assert served == {"deg-nfs": True, "deg-lun": True}, served
+    assert served["deg-nfs"] and served["deg-lun"] and all(served.values()), served
     assert nfs.get(d["nfs"]["path"], "keep.bin") == payload
     got = iscsi.read(lun["iscsi"]["iqn"], INITIATOR, 4 * MiB, MiB) or b""
     assert hashlib.sha256(got).digest() == hashlib.sha256(block.read_bytes()).digest()

@@ -146,10 +146,11 @@ def test_4_runs_go_on_across_an_api_restart_and_prune_to_the_retention(
     assert "by-hand" in all_names
 
 
+@pytest.mark.after_reboot
 def test_5_a_reboot_keeps_the_schedule_and_the_view_says_how_old(
-        appliance: E2EAppliance, api: httpx.Client) -> None:
-    wait_runs(api, 0)
-    appliance.reboot()
+        appliance: E2EAppliance, api: httpx.Client, shared_reboot: float) -> None:
+    # the policy went on running through the session's other modules until the shared
+    # reboot (tests/e2e/conftest.py)
     wait_health(api)
     # the first run that succeeded after the reboot. Every run listed now is left out: a
     # run may start between a listing before the reboot and the shutdown and succeed

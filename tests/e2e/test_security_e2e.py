@@ -11,7 +11,7 @@
 - sshd takes keys only, the firewall admits private networks only, and zds-api runs
   under systemd's sandboxing (and every other e2e module passes under it).
 
-One reboot covers the boot-time checks.
+The boot-time checks run after the session's one shared reboot (tests/e2e/conftest.py).
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ def test_4_a_pool_import_resets_a_stream_received_around_the_gate(
     assert job["state"] == "succeeded", job
 
 
-def test_5_after_a_reboot_nothing_hostile_mounted_and_a_revoked_token_stays_revoked(
+def test_5_before_the_reboot_a_stream_around_the_gate_and_a_revoked_token(
         appliance: E2EAppliance) -> None:
     # a stream received around the gate on the pool that boots with the appliance
     appliance.check(f"zfs receive -u {PREFIX}/window < {STREAM}")
@@ -127,9 +127,16 @@ def test_5_after_a_reboot_nothing_hostile_mounted_and_a_revoked_token_stays_revo
     old_id = old.split("_")[1]
     appliance.check(f"zds token revoke {old_id}")
     appliance.vm.token_file.write_text(new + "\n")  # the rest of the session uses it
+    tokens.update(old=old, new=new)
 
-    appliance.reboot()
 
+tokens: dict[str, str] = {}
+
+
+@pytest.mark.after_reboot
+def test_5a_after_a_reboot_nothing_hostile_mounted_and_a_revoked_token_stays_revoked(
+        appliance: E2EAppliance, shared_reboot: float) -> None:
+    old, new = tokens["old"], tokens["new"]
     assert_harmless(appliance, f"{PREFIX}/window")
     journal = appliance.check("journalctl -b -o cat -u zds-replica-guard.service")
     assert f"inherit mountpoint {PREFIX}/window" in journal, journal
