@@ -1,4 +1,5 @@
-"""What every service is handed: settings, records, host adapters, the one lock, jobs.
+"""What every service is handed: settings, records, host adapters, the transports, the
+one lock, jobs.
 
 The composition root (:mod:`appliance.engine`) builds one :class:`Context`; nothing else
 constructs host adapters or opens the store.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from appliance.jobs import JobManager
 from appliance.scheduler import Scheduler
 from appliance.settings import Settings
 from appliance.store import Store
+from appliance.transports.registry import Transports, TransportType
 
 
 class ChangeLock:
@@ -75,6 +77,7 @@ class Context:
     lock: ChangeLock
     jobs: JobManager
     scheduler: Scheduler  # the one clock: policies, replication, metrics register here
+    transports: Transports  # what each protocol does, by spec.protocol
 
     @property
     def zfs(self) -> ZfsHost:
@@ -93,9 +96,10 @@ class Context:
         return self.hosts.local
 
     @classmethod
-    def create(cls, settings: Settings, hosts: HostAdapters,
-               store: Store | None = None) -> Context:
+    def create(cls, settings: Settings, hosts: HostAdapters, store: Store | None = None,
+               transports: Sequence[TransportType] | None = None) -> Context:
+        """``transports``: these instead of the registered ones (a test's own)."""
         store = store or Store(settings.db_path)
         jobs = JobManager(store)
         return cls(settings, store, hosts, ChangeLock(settings.lock_timeout), jobs,
-                   Scheduler(store, jobs))
+                   Scheduler(store, jobs), Transports.build(settings, hosts, store, transports))

@@ -29,7 +29,7 @@ from appliance.host.ganesha import GaneshaHost
 from appliance.host.iostats import BlockStat, InitiatorIo, IoStatsHost, NfsIo
 from appliance.host.zfs import PoolInfo, ZfsHost
 from appliance.model import DatastoreRecord
-from appliance.reconcile import PROBE_EXPORT_IDS
+from appliance.transports.nfs import PROBE_EXPORT_IDS
 
 log = logging.getLogger(__name__)
 

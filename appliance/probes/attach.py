@@ -28,7 +28,7 @@ from appliance.probes.execute import ProbeTarget
 from appliance.probes.safety import Scratch
 
 # Export ids of probe scratch exports: defined with the reconciler, which leaves them alone
-from appliance.reconcile import PROBE_EXPORT_IDS as PROBE_EXPORT_IDS
+from appliance.transports.nfs import PROBE_EXPORT_IDS as PROBE_EXPORT_IDS
 
 
 @dataclass(frozen=True)

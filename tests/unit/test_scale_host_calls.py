@@ -30,8 +30,9 @@ from appliance.model import (
     IscsiAccess,
     NfsClient,
 )
-from appliance.reconcile import backstore_name, export_spec
 from appliance.settings import Settings
+from appliance.transports.iscsi import backstore_name
+from appliance.transports.nfs import export_spec
 
 POOL = "tank"
 ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
