@@ -15,8 +15,6 @@ from dataclasses import dataclass
 
 from appliance.errors import Busy
 from appliance.host.factory import HostAdapters
-from appliance.host.ganesha import GaneshaHost
-from appliance.host.lio import LioHost
 from appliance.host.local import LocalHost
 from appliance.host.zfs import ZfsHost
 from appliance.jobs import JobManager
@@ -82,14 +80,6 @@ class Context:
     @property
     def zfs(self) -> ZfsHost:
         return self.hosts.zfs
-
-    @property
-    def lio(self) -> LioHost:
-        return self.hosts.lio
-
-    @property
-    def ganesha(self) -> GaneshaHost:
-        return self.hosts.ganesha
 
     @property
     def local(self) -> LocalHost:

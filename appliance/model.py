@@ -89,10 +89,6 @@ class DatastoreSpec:
     labels: tuple[tuple[str, str], ...] = ()
 
     @property
-    def is_nfs(self) -> bool:
-        return self.protocol in ("nfs3", "nfs41")
-
-    @property
     def dataset(self) -> str:
         return datastore_dataset(self.pool, self.name)
 
