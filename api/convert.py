@@ -19,16 +19,19 @@ def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
     nfs = body.nfs or s.NfsAccessBody()
     iscsi = body.iscsi or s.IscsiAccessBody()
     o = body.overrides or s.OverridesBody()
-    chap = (ChapRequest(iscsi.chap.user, iscsi.chap.secret, iscsi.chap.mutual_user,
-                        iscsi.chap.mutual_secret) if iscsi.chap else None)
     return DatastoreRequest(
         protocol=body.protocol, size=body.size, pool=body.pool, thin=body.thin,
         profile=body.profile,
         nfs_clients=[c.model_dump() for c in nfs.clients],
         initiators=list(iscsi.initiators), initiator_groups=list(iscsi.initiator_groups),
-        chap=chap, sync=o.sync, compression=o.compression, recordsize=o.recordsize,
-        volblocksize=o.volblocksize, labels=body.labels,
+        chap=chap_request(iscsi.chap), sync=o.sync, compression=o.compression,
+        recordsize=o.recordsize, volblocksize=o.volblocksize, labels=body.labels,
     )
+
+
+def chap_request(chap: s.ChapBody | None) -> ChapRequest | None:
+    return (ChapRequest(chap.user, chap.secret, chap.mutual_user, chap.mutual_secret)
+            if chap else None)
 
 
 def clone_request(base: DatastoreRequest, body: s.CloneBody) -> DatastoreRequest:
@@ -37,17 +40,17 @@ def clone_request(base: DatastoreRequest, body: s.CloneBody) -> DatastoreRequest
     if body.nfs is not None:
         req = replace(req, nfs_clients=[c.model_dump() for c in body.nfs.clients])
     if body.iscsi is not None:
-        given = datastore_request(s.DatastorePut(protocol="iscsi", size=base.size,
-                                                 iscsi=body.iscsi))
-        req = replace(req, initiators=given.initiators,
-                      initiator_groups=given.initiator_groups, chap=given.chap)
+        req = replace(req, initiators=list(body.iscsi.initiators),
+                      initiator_groups=list(body.iscsi.initiator_groups),
+                      chap=chap_request(body.iscsi.chap))
     return req
 
 
 def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) -> s.DatastoreOut:
     rec, spec = v.record, v.record.spec
     nfs = iscsi = None
-    if spec.is_nfs and rec.export_id is not None:
+    # each section shows the identities the record has: an export id, a target
+    if rec.export_id is not None:
         nfs = s.NfsInfo(export_id=rec.export_id, path=v.path,
                         clients=[s.NfsClientBody(match=c.match, access=c.access)
                                  for c in spec.nfs_clients])

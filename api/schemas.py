@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from appliance.transports.registry import probe_targets, protocols
+
+# The values come from the transport registry, so a new protocol needs no change here;
+# pydantic and OpenAPI see an enum of them, mypy (which cannot build one) sees a str.
+if TYPE_CHECKING:
+    ProtocolName = str
+    ProbeTargetName = str
+else:
+    ProtocolName = Literal[protocols()]
+    ProbeTargetName = Literal[("local", *probe_targets())]
 
 
 class Strict(BaseModel):
@@ -66,7 +77,7 @@ class DatastorePut(Strict):
          "iscsi": {"initiators": ["iqn.1998-01.com.vmware:esxi01-4f2a"]}},
     ]})
 
-    protocol: Literal["nfs3", "nfs41", "iscsi"]
+    protocol: ProtocolName
     size: int | str = Field(description="bytes, or 100G / 1.5T (binary units)")
     pool: str | None = Field(default=None, description="default: the only or default pool")
     thin: bool = True

@@ -40,6 +40,12 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             rec = record_from_properties(pool, ds)
             if rec is None or rec.name in known:
                 continue
+            if ctx.transports.get(rec.spec.protocol) is None:
+                # a pool from a release with more protocols: left unadopted (drift says
+                # so) rather than served as something it is not
+                log.error("not adopting %s: protocol %r is not served here", ds.name,
+                          rec.spec.protocol)
+                continue
             if rec.iqn in iqns or rec.serial in serials:
                 # another datastore here has that identity: serving both would confuse
                 # every initiator. Left unadopted; drift reports it.
@@ -77,7 +83,7 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
         spec = DatastoreSpec(
             name=ds.prop("zds:name"),
             pool=pool,
-            protocol=protocol,  # type: ignore[arg-type]
+            protocol=protocol,
             size=int(ds.prop("zds:size")),
             thin=ds.prop("zds:thin") != "false",
             profile=ds.prop("zds:profile", "vmware"),  # type: ignore[arg-type]

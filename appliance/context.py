@@ -1,4 +1,5 @@
-"""What every service is handed: settings, records, host adapters, the one lock, jobs.
+"""What every service is handed: settings, records, host adapters, the transports, the
+one lock, jobs.
 
 The composition root (:mod:`appliance.engine`) builds one :class:`Context`; nothing else
 constructs host adapters or opens the store.
@@ -8,20 +9,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from appliance.errors import Busy
 from appliance.host.factory import HostAdapters
-from appliance.host.ganesha import GaneshaHost
-from appliance.host.lio import LioHost
 from appliance.host.local import LocalHost
 from appliance.host.zfs import ZfsHost
 from appliance.jobs import JobManager
 from appliance.scheduler import Scheduler
 from appliance.settings import Settings
 from appliance.store import Store
+from appliance.transports.registry import Transports, TransportType
 
 
 class ChangeLock:
@@ -75,27 +75,21 @@ class Context:
     lock: ChangeLock
     jobs: JobManager
     scheduler: Scheduler  # the one clock: policies, replication, metrics register here
+    transports: Transports  # what each protocol does, by spec.protocol
 
     @property
     def zfs(self) -> ZfsHost:
         return self.hosts.zfs
 
     @property
-    def lio(self) -> LioHost:
-        return self.hosts.lio
-
-    @property
-    def ganesha(self) -> GaneshaHost:
-        return self.hosts.ganesha
-
-    @property
     def local(self) -> LocalHost:
         return self.hosts.local
 
     @classmethod
-    def create(cls, settings: Settings, hosts: HostAdapters,
-               store: Store | None = None) -> Context:
+    def create(cls, settings: Settings, hosts: HostAdapters, store: Store | None = None,
+               transports: Sequence[TransportType] | None = None) -> Context:
+        """``transports``: these instead of the registered ones (a test's own)."""
         store = store or Store(settings.db_path)
         jobs = JobManager(store)
         return cls(settings, store, hosts, ChangeLock(settings.lock_timeout), jobs,
-                   Scheduler(store, jobs))
+                   Scheduler(store, jobs), Transports.build(settings, hosts, store, transports))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 
 from appliance import reconcile as rc
 from appliance.adoption import adopt
@@ -33,6 +34,7 @@ from appliance.services.system import ComponentHealth, SystemService
 from appliance.services.tokens import TokenService
 from appliance.settings import Settings
 from appliance.store import Store
+from appliance.transports.registry import TransportType
 from appliance.watcher import Watcher
 
 log = logging.getLogger(__name__)
@@ -70,9 +72,9 @@ class Engine:
         self.start_report: rc.ReconcileReport | None = None
 
     @classmethod
-    def create(cls, settings: Settings, hosts: HostAdapters,
-               store: Store | None = None) -> Engine:
-        return cls(Context.create(settings, hosts, store))
+    def create(cls, settings: Settings, hosts: HostAdapters, store: Store | None = None,
+               transports: Sequence[TransportType] | None = None) -> Engine:
+        return cls(Context.create(settings, hosts, store, transports))
 
     @classmethod
     def real(cls, settings: Settings) -> Engine:
@@ -100,7 +102,8 @@ class Engine:
 
     def start(self, daemon_wait: float = 30.0) -> rc.ReconcileReport:
         """After ``zpool import``: recover jobs, adopt pools' datastores, finish what a
-        crash interrupted, then make LIO and ganesha match the records (in batches)."""
+        crash interrupted, then make every transport's daemon (LIO, ganesha...) match the
+        records (in batches)."""
         ctx = self.ctx
         interrupted = ctx.jobs.recover()
         if interrupted:
@@ -145,27 +148,27 @@ class Engine:
         return thread
 
     def _wait_for_daemons(self, timeout: float) -> None:
-        """At boot ganesha may still be registering on DBus: give it (and LIO) a moment
-        before the first reconcile, so datastores are served when health says ok."""
+        """At boot ganesha may still be registering on DBus: give it (and every daemon a
+        ready datastore needs) a moment before the first reconcile, so datastores are
+        served when health says ok."""
         records = [r for r in self.ctx.store.list_datastores() if r.state == "ready"]
-        want_nfs = any(r.spec.is_nfs for r in records)
-        want_lio = any(not r.spec.is_nfs for r in records)
+        wanted = [t for t, recs in self.ctx.transports.grouped(records) if recs]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if (not want_nfs or self.ctx.ganesha.available()) and (
-                    not want_lio or self.ctx.lio.available()):
+            if all(t.available() for t in wanted):
                 return
             time.sleep(1.0)
 
     def _wait_for_zvols(self, timeout: float) -> None:
-        for rec in self.ctx.store.list_datastores():
-            if rec.spec.is_nfs or rec.state not in ("ready", "creating"):
-                continue
-            try:
-                self.ctx.zfs.wait_for_device(rec.spec.dataset, timeout=timeout)
-            except ZdsError as exc:
-                log.error("zvol of %s: %s", rec.name, exc.message)
-                return  # the others would wait just as long; the watcher retries
+        records = [r for r in self.ctx.store.list_datastores()
+                   if r.state in ("ready", "creating")]
+        for t, recs in self.ctx.transports.grouped(records):
+            for rec in recs:
+                try:
+                    t.storage.wait_ready(self.ctx.zfs, rec.spec.dataset, timeout)
+                except ZdsError as exc:
+                    log.error("%s of %s: %s", t.storage.said, rec.name, exc.message)
+                    return  # the others would wait just as long; the watcher retries
 
     def stop(self) -> None:
         """The API is stopping: no more scheduled runs or reconciles, and the jobs still

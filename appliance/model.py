@@ -1,7 +1,7 @@
 """Desired state: what the admin asked for, as frozen dataclasses.
 
 These are recorded (SQLite + ``zds:*`` ZFS user properties) before anything is changed on
-the host; the reconciler derives LIO and ganesha state from them.
+the host; the reconciler derives what each transport serves (LIO, ganesha...) from them.
 """
 
 from __future__ import annotations
@@ -10,30 +10,11 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-Protocol = Literal["nfs3", "nfs41", "iscsi"]
 Profile = Literal["vmware", "kvm"]
 Access = Literal["rw", "ro"]
 DatastoreState = Literal["creating", "ready", "deleting", "error"]
 
-PROTOCOLS: tuple[Protocol, ...] = ("nfs3", "nfs41", "iscsi")
 PROFILES: tuple[Profile, ...] = ("vmware", "kvm")
-
-# ZFS tuning per kind; see docs/architecture.md for why each value.
-NFS_DATASET_PROPERTIES: dict[str, str] = {
-    "compression": "lz4",
-    "atime": "off",
-    "xattr": "sa",
-    "acltype": "posixacl",  # ganesha's VFS FSAL fails every op with NOTSUPP without it
-    "recordsize": "65536",  # VM images do 4K-64K I/O; 64K balances IOPS and throughput
-    "sync": "standard",  # ESXi writes sync: honour it (a SLOG makes it fast)
-    "logbias": "latency",
-}
-ZVOL_PROPERTIES: dict[str, str] = {
-    "compression": "lz4",
-    "volblocksize": "16384",  # OpenZFS 2.2+ default; good for VMFS and guest file systems
-    "sync": "standard",
-    "logbias": "latency",
-}
 
 
 # The ZFS properties a datastore's view and the reconciler need: read for every
@@ -97,7 +78,7 @@ class DatastoreSpec:
 
     name: str
     pool: str
-    protocol: Protocol
+    protocol: str  # one of appliance.transports.registry.protocols(): its transport serves it
     size: int
     thin: bool = True
     profile: Profile = "vmware"
@@ -106,10 +87,6 @@ class DatastoreSpec:
     overrides: Overrides = field(default_factory=Overrides)
     # (key, value) pairs, sorted: what snapshot policies select datastores by
     labels: tuple[tuple[str, str], ...] = ()
-
-    @property
-    def is_nfs(self) -> bool:
-        return self.protocol in ("nfs3", "nfs41")
 
     @property
     def dataset(self) -> str:
@@ -128,9 +105,11 @@ def datastore_dataset(pool: str, name: str) -> str:
 
 
 DATASTORE_PARENT = "datastores"
+# Where probes make their scratch datasets and zvols: POOL/zds-probes/DATASTORE-PROBEID.
+PROBE_SCRATCH_PARENT = "zds-probes"
 # Every child of a pool named "zds-*" is ZDS's own too: probe scratch (zds-probes, see
-# appliance.probes.safety.SCRATCH_PARENT) and the contract checks' zds-contract and
-# zds-ct-send. With the pool itself and POOL/datastores, nothing else may write there.
+# PROBE_SCRATCH_PARENT) and the contract checks' zds-contract and zds-ct-send. With the
+# pool itself and POOL/datastores, nothing else may write there.
 OWN_PREFIX = "zds-"
 
 

@@ -1,17 +1,19 @@
-"""The reconciler: desired state (records + ZFS) -> live LIO/ganesha, and what differs.
+"""The reconciler: desired state (records + ZFS) -> what each transport's daemon serves
+(ganesha, LIO...), and what differs.
 
-It owns every read of the three daemons' state and every change to LIO and ganesha:
+It owns every read of ZFS and of the daemons' state and every change to them, through the
+transports (:mod:`appliance.transports`), for every protocol alike:
 - reads are batched, so they cost the same number of host calls at 10 or 1,000
-  datastores: one ``zfs get -r`` per pool, one ``zfs list -t snapshot`` per pool, one
-  ShowExports (+ ShowClients), one configfs walk;
+  datastores: one ``zfs get -r`` per pool, one ``zfs list -t snapshot`` per pool, and a
+  constant number per transport (one ShowExports (+ ShowClients), one configfs walk);
 - :meth:`Reconciler.full` plans and applies everything (start-up, the watcher, ``POST
-  /system/reconcile``), adding exports and targets in batches;
-- :meth:`Reconciler.datastores` plans and applies only the exports/targets of the
-  datastores named (a PUT, a delete, a rollback, an initiator group change);
+  /system/reconcile``), each transport adding its objects in batches;
+- :meth:`Reconciler.datastores` plans and applies only the objects of the datastores
+  named (a PUT, a delete, a rollback, an initiator group change);
 - :meth:`Reconciler.check` records what health answers from (:class:`Status`), so health
   never plans inline.
 
-Planning itself is pure (:mod:`appliance.reconcile`). Every apply holds the one change
+Planning itself is pure (each transport's ``plan``). Every apply holds the one change
 lock; reads do not take it.
 """
 
@@ -23,32 +25,22 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from appliance import reconcile as rc
 from appliance.context import Context
 from appliance.errors import Unavailable, ZdsError
-from appliance.host.ganesha import Activity, LiveExport, active_clients
-from appliance.host.ganesha_config import ExportSpec
-from appliance.host.lio import LiveTarget, TargetSpec, TargetSummary
 from appliance.host.zfs import DatasetInfo
-from appliance.model import (
-    DATASTORE_PARENT,
-    DATASTORE_PROPERTIES,
-    DatastoreRecord,
-    InitiatorGroup,
-)
+from appliance.model import DATASTORE_PARENT, DATASTORE_PROPERTIES, DatastoreRecord
+from appliance.transports.base import AnyTransport, Live
+from appliance.transports.registry import Transports
 
 log = logging.getLogger(__name__)
 
-# Up to this many datastores an incremental reconcile looks each one up; beyond, one
-# full read of the live state is cheaper.
-LOOKUP_LIMIT = 16
-
-
-@dataclass(frozen=True)
-class Desired:
-    exports: list[ExportSpec]
-    targets: list[TargetSpec]
+# What each transport's datastores should be on its daemon, by transport name.
+Desired = Mapping[str, Sequence[Any]]
+# A transport and the actions planned for it.
+Planned = tuple[AnyTransport, list[rc.Action[Any]]]
 
 
 @dataclass(frozen=True)
@@ -64,35 +56,26 @@ class ZfsView:
 
 @dataclass(frozen=True)
 class LiveState:
-    """What ganesha and LIO serve now, read in one go."""
+    """What the transports' daemons serve now, read in one go (by transport name; a
+    transport an incremental reconcile did not need is not there)."""
 
-    ganesha_up: bool
-    lio_up: bool
-    exports: Mapping[int, LiveExport]
-    targets: Mapping[str, LiveTarget]
-    backstores: frozenset[str] = frozenset()
-    activity: Activity | None = None
-    # targets read for a view only (LUN count, sessions), when ``targets`` was not read
-    summaries: Mapping[str, TargetSummary] = field(default_factory=dict)
+    parts: Mapping[str, Live]
+    transports: Transports
+
+    def _part(self, rec: DatastoreRecord) -> tuple[AnyTransport, Live] | None:
+        t = self.transports.get(rec.spec.protocol)
+        part = self.parts.get(t.name) if t is not None else None
+        return (t, part) if t is not None and part is not None else None
 
     def serving(self, rec: DatastoreRecord) -> bool:
-        """NFS: its export is in ganesha. iSCSI: its target exists with a LUN."""
-        if rec.spec.is_nfs:
-            return rec.export_id is not None and rec.export_id in self.exports
-        if (target := self.targets.get(rec.iqn or "")) is not None:
-            return bool(target.spec.luns)
-        summary = self.summaries.get(rec.iqn or "")
-        return summary is not None and summary.luns > 0
+        """Its export/target is live."""
+        found = self._part(rec)
+        return found is not None and found[0].serving(found[1], rec)
 
     def clients(self, rec: DatastoreRecord, window: float | None = 600.0) -> list[str]:
-        """NFS clients active on the export (see active_clients) / initiators logged in."""
-        if rec.spec.is_nfs:
-            if rec.export_id is None or self.activity is None:
-                return []
-            return active_clients(self.activity, rec.export_id,
-                                  [c.match for c in rec.spec.nfs_clients], window)
-        target = self.targets.get(rec.iqn or "") or self.summaries.get(rec.iqn or "")
-        return sorted(target.sessions) if target is not None else []
+        """Who uses it now (NFS clients active lately, initiators logged in...)."""
+        found = self._part(rec)
+        return found[0].clients(found[1], rec, window) if found is not None else []
 
 
 @dataclass(frozen=True)
@@ -139,8 +122,7 @@ class Status:
     zfs_detail: str = "not checked yet"
     pool_problems: tuple[PoolProblem, ...] = ()
     fill_alerts: tuple[FillAlert, ...] = ()
-    lio_ok: bool = False
-    ganesha_ok: bool = False
+    daemons: Mapping[str, bool] = field(default_factory=dict)  # transport name -> available
     drift_at: float = 0.0  # when drift was last computed (0: never)
     drift: tuple[DriftItem, ...] = ()
     drift_error: str | None = None  # drift could not be read, and why
@@ -184,82 +166,50 @@ class Reconciler:
         return ZfsView(True, frozenset(pools), pools, datasets, counts)
 
     def read(self, snapshots: bool = False, properties: Sequence[str] = DATASTORE_PROPERTIES,
-             activity: bool = False, detail: bool = True) -> tuple[ZfsView, LiveState]:
+             for_view: bool = False) -> tuple[ZfsView, LiveState]:
         """:meth:`read_zfs` and :meth:`read_live` side by side: at 1,000 datastores under
         emulation ZFS takes seconds that the configfs walk and DBus calls need not wait
         for (the appliance has more than one CPU)."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="zds-read") as side:
-            live = side.submit(self.read_live, activity=activity, detail=detail)
+            live = side.submit(self.read_live, for_view=for_view)
             view = self.read_zfs(snapshots=snapshots, properties=properties)
             return view, live.result()
 
-    def read_live(self, activity: bool = True, detail: bool = True) -> LiveState:
-        """ganesha's exports (ShowExports; with ``activity`` also ShowClients) and LIO's
-        targets and backstores (one walk of configfs). A daemon that does not answer is
-        reported as down, not as an error. Without ``detail`` (views, not plans) LIO's
-        targets are only summarized (``summaries``) and backstores are not read."""
-        g, lio = self.ctx.ganesha, self.ctx.lio
-        ganesha_up = lio_up = True
-        exports: dict[int, LiveExport] = {}
-        act: Activity | None = None
-        try:
-            if activity:
-                act = g.activity()
-                exports = {i: LiveExport(i, r.path) for i, r in act.exports.items() if i != 0}
-            else:
-                exports = {e.export_id: e for e in g.list_exports()}
-        except ZdsError:
-            ganesha_up = False
-        targets: dict[str, LiveTarget] = {}
-        summaries: dict[str, TargetSummary] = {}
-        backstores: frozenset[str] = frozenset()
-        try:
-            if not lio.available():
-                lio_up = False
-            elif detail:
-                targets = {t.spec.iqn: t for t in lio.list_targets()}
-                backstores = frozenset(lio.list_backstores())
-            else:
-                summaries = lio.summarize_targets()
-        except ZdsError:
-            lio_up, targets, summaries = False, {}, {}
-        return LiveState(ganesha_up, lio_up, exports, targets, backstores, act, summaries)
+    def read_live(self, for_view: bool = False) -> LiveState:
+        """Every transport's live state: enough to plan, or (``for_view``: the list)
+        enough to say what is served and who uses it. A daemon that does not answer is
+        reported as down, not as an error."""
+        transports = self.ctx.transports
+        return LiveState({t.name: t.read_live(for_view) for t in transports}, transports)
 
-    def desired(self, records: Iterable[DatastoreRecord], view: ZfsView,
-                groups: Mapping[str, InitiatorGroup]) -> Desired:
-        """The exports and targets ``records`` should have, given their datasets."""
-        exports: list[ExportSpec] = []
-        targets: list[TargetSpec] = []
-        for rec in records:
-            if rec.state not in ("creating", "ready"):
-                continue
-            info = view.datasets.get(rec.spec.dataset)
-            if info is None:
-                continue
-            if rec.spec.is_nfs:
-                mountpoint = info.prop("mountpoint")
-                if mountpoint.startswith("/") and info.prop("mounted", "yes") == "yes":
-                    exports.append(rc.export_spec(rec, mountpoint))
-            else:
-                targets.append(rc.target_spec(rec, self.ctx.zfs.zvol_device(rec.spec.dataset),
-                                              groups, self.ctx.settings.iscsi_portal))
-        return Desired(exports, targets)
+    def desired(self, records: Iterable[DatastoreRecord], view: ZfsView) -> Desired:
+        """What ``records`` should be on each transport's daemon, given their datasets."""
+        out: dict[str, Sequence[Any]] = {}
+        for t, recs in self.ctx.transports.grouped(records):
+            items = [(rec, info) for rec in recs if rec.state in ("creating", "ready")
+                     and (info := view.datasets.get(rec.spec.dataset)) is not None]
+            out[t.name] = t.desired(items)
+        return out
 
-    def _groups(self) -> dict[str, InitiatorGroup]:
-        return {g.name: g for g in self.ctx.store.list_groups()}
+    def _plan(self, want: Desired, live: LiveState) -> list[Planned]:
+        """Each transport's actions (none for a transport whose daemon is down)."""
+        out: list[Planned] = []
+        for t in self.ctx.transports:
+            part = live.parts.get(t.name)
+            if part is not None:
+                out.append((t, t.plan(want.get(t.name, ()), part) if part.up else []))
+        return out
 
-    def _plan(self, want: Desired, live: LiveState) -> list[rc.Action]:
-        g = self.ctx.ganesha
-        return rc.plan(
-            exports=want.exports if live.ganesha_up else [],
-            live_exports=list(live.exports.values()) if live.ganesha_up else [],
-            rendered=g.rendered,
-            render=g.render,
-            targets=want.targets if live.lio_up else [],
-            live_targets=list(live.targets.values()) if live.lio_up else [],
-            live_backstores=live.backstores if live.lio_up else [],
-            iqn_prefix=self.ctx.settings.iqn_prefix,
-        )
+    def _apply(self, want: Desired, live: LiveState) -> rc.ReconcileReport:
+        """Plans and applies per transport; a daemon that is down is reported for each
+        object it should serve."""
+        report = rc.ReconcileReport()
+        for t, actions in self._plan(want, live):
+            report.merge(t.apply(actions))
+            if not live.parts[t.name].up:
+                for subject, message in t.unserved(want.get(t.name, ())):
+                    report.fail(subject, message)
+        return report
 
     def drift(self) -> list[DriftItem]:
         """Desired vs live for every datastore, plus datasets without records and
@@ -270,31 +220,30 @@ class Reconciler:
             raise Unavailable("ZFS is not available: desired state cannot be read")
         records = self.ctx.store.list_datastores()
         items = [DriftItem("zfs", s, r) for s, r in self.zfs_problems(records, view)]
-        actions = self._plan(self.desired(records, view, self._groups()), live)
-        items += [DriftItem(a.kind, a.subject, a.reason) for a in actions]
-        for name, up in (("nfs-ganesha", live.ganesha_up), ("LIO", live.lio_up)):
-            if not up:
-                items.append(DriftItem("unknown", name, f"{name} is not answering: what it "
-                                                        "serves cannot be compared"))
+        plans = self._plan(self.desired(records, view), live)
+        items += [DriftItem(a.kind, a.subject, a.reason) for _t, actions in plans
+                  for a in actions]
+        for t in self.ctx.transports:
+            if not live.parts[t.name].up:
+                items.append(DriftItem("unknown", t.daemon, f"{t.daemon} is not answering: "
+                                                            "what it serves cannot be compared"))
         self._update(drift_at=time.time(), drift=tuple(items), drift_error=None)
         return items
 
-    @staticmethod
-    def zfs_problems(records: Sequence[DatastoreRecord],
+    def zfs_problems(self, records: Sequence[DatastoreRecord],
                      view: ZfsView) -> list[tuple[str, str]]:
-        """Records whose dataset is gone, and managed datasets nobody recorded."""
+        """Records whose dataset is gone or cannot be served, and managed datasets nobody
+        recorded."""
         problems = []
         known = {r.spec.dataset: r for r in records}
         for rec in known.values():
+            t = self.ctx.transports.get(rec.spec.protocol)
             if rec.spec.pool not in view.imported:
                 problems.append((rec.name, f"pool {rec.spec.pool} is not imported"))
             elif (info := view.datasets.get(rec.spec.dataset)) is None:
                 problems.append((rec.name, f"dataset {rec.spec.dataset} is missing"))
-            elif rec.spec.is_nfs and not (info.prop("mountpoint").startswith("/")
-                                          and info.prop("mounted", "yes") == "yes"):
-                problems.append((rec.name, f"dataset {rec.spec.dataset} is not mounted "
-                                           f"(mountpoint {info.prop('mountpoint')}): "
-                                           "it cannot be exported"))
+            elif t is not None and (problem := t.storage.problem(rec.spec.dataset, info)):
+                problems.append((rec.name, problem))
             elif rec.state != "ready":
                 problems.append((rec.name, f"datastore is {rec.state}: {rec.error or ''}"))
         for name, ds in sorted(view.datasets.items()):
@@ -307,8 +256,8 @@ class Reconciler:
 
     def full(self, exclude: set[str] | None = None, wait: float | None = None
              ) -> rc.ReconcileReport:
-        """Makes LIO and ganesha match every record (``exclude``: as if those did not
-        exist). A daemon that is down is reported for each object it should serve."""
+        """Makes every transport's daemon match every record (``exclude``: as if those
+        did not exist)."""
         with self.ctx.lock.hold("a full reconcile", timeout=wait):
             view, live = self.read()
             if not view.available:
@@ -318,9 +267,7 @@ class Reconciler:
                 return report
             records = [r for r in self.ctx.store.list_datastores()
                        if r.name not in (exclude or set())]
-            want = self.desired(records, view, self._groups())
-            report = rc.apply(self._plan(want, live), self.ctx.ganesha, self.ctx.lio)
-            self._report_down(report, want, live)
+            report = self._apply(self.desired(records, view), live)
         if not exclude:
             self._after_full(report, records, view)
         return report
@@ -345,61 +292,14 @@ class Reconciler:
                     if info is not None:
                         datasets[rec.spec.dataset] = info
             view = ZfsView(True, frozenset(r.spec.pool for r in records), {}, datasets)
-            want = self.desired(records, view, self._groups())
-            live = self._live_for(records)
-            report = rc.apply(self._plan(want, live), self.ctx.ganesha, self.ctx.lio)
-            self._report_down(report, want, live)
+            # the live objects of these datastores only: removals are planned for
+            # nothing else, and a transport none of them uses is not read at all
+            live = LiveState({t.name: t.read_for(recs) for t, recs
+                              in self.ctx.transports.grouped(records) if recs},
+                             self.ctx.transports)
+            report = self._apply(self.desired(records, view), live)
         self._after_partial(report, records)
         return report
-
-    def _live_for(self, records: Sequence[DatastoreRecord]) -> LiveState:
-        """The live exports/targets of these datastores only (removals are planned for
-        nothing else)."""
-        ids = {r.export_id for r in records if r.spec.is_nfs and r.export_id is not None}
-        iqns = {r.iqn for r in records if not r.spec.is_nfs and r.iqn}
-        backstores = {rc.backstore_name(r.name) for r in records if not r.spec.is_nfs}
-        if len(records) > LOOKUP_LIMIT:
-            full = self.read_live(activity=False)
-            return LiveState(
-                full.ganesha_up, full.lio_up,
-                {i: e for i, e in full.exports.items() if i in ids},
-                {q: t for q, t in full.targets.items() if q in iqns},
-                full.backstores & backstores)
-        g, lio = self.ctx.ganesha, self.ctx.lio
-        exports: dict[int, LiveExport] = {}
-        ganesha_up = True
-        if ids:
-            try:
-                for eid in sorted(ids):
-                    shown = g.get_export(eid)
-                    if shown is not None:
-                        exports[eid] = LiveExport(eid, shown.path)
-            except ZdsError:
-                ganesha_up = False
-        targets: dict[str, LiveTarget] = {}
-        lio_up = True
-        if iqns:
-            try:
-                lio_up = lio.available()
-                for iqn in sorted(iqns) if lio_up else ():
-                    t = lio.get_target(iqn)
-                    if t is not None:
-                        targets[iqn] = t
-            except ZdsError:
-                lio_up = False
-        # a backstore left without its target (a crash in between) is the watcher's to
-        # clean; one still in use by the live target is known from it
-        return LiveState(ganesha_up, lio_up, exports, targets, frozenset())
-
-    @staticmethod
-    def _report_down(report: rc.ReconcileReport, want: Desired, live: LiveState) -> None:
-        if want.exports and not live.ganesha_up:
-            for e in want.exports:
-                report.fail(str(e.export_id),
-                            f"add_export {e.export_id}: nfs-ganesha is not running")
-        if want.targets and not live.lio_up:
-            for t in want.targets:
-                report.fail(t.iqn, f"apply_target {t.iqn}: LIO is not available")
 
     # --- status (what health answers from) ------------------------------------------
 
@@ -416,7 +316,8 @@ class Reconciler:
 
     def check(self) -> Status:
         """The cheap part of health, for the watcher: pools (one ``zpool list``, plus
-        ``zpool status`` of a pool that is not ONLINE), LIO present, ganesha answering."""
+        ``zpool status`` of a pool that is not ONLINE) and each transport's daemon (LIO
+        present, ganesha answering...)."""
         zfs = self.ctx.zfs
         problems: list[PoolProblem] = []
         alerts: list[FillAlert] = []
@@ -442,11 +343,10 @@ class Reconciler:
                 detail = "; ".join(f"{p.pool}: {p.health}" for p in problems)
         else:
             zfs_ok, detail = False, "ZFS module or tools not available"
-        lio_ok = self.ctx.lio.available()
-        ganesha_ok = self.ctx.ganesha.available()
+        daemons = {t.name: t.available() for t in self.ctx.transports}
         self._update(checked_at=time.time(), zfs_ok=zfs_ok, zfs_detail=detail,
                      pool_problems=tuple(problems), fill_alerts=tuple(alerts),
-                     lio_ok=lio_ok, ganesha_ok=ganesha_ok)
+                     daemons=daemons)
         return self._status
 
     def refresh_drift(self) -> None:
@@ -467,10 +367,9 @@ class Reconciler:
                        records: Sequence[DatastoreRecord]) -> None:
         """Drift items about these datastores are replaced by what this pass left."""
         subjects: set[str] = set()
-        for r in records:
-            subjects.update(s for s in (r.name, r.spec.dataset, r.iqn,
-                                        rc.backstore_name(r.name),
-                                        str(r.export_id) if r.export_id else None) if s)
+        for t, recs in self.ctx.transports.grouped(records):
+            for r in recs:
+                subjects.update((r.name, r.spec.dataset, *t.subjects(r)))
         with self._status_lock:
             kept = [i for i in self._status.drift if i.subject not in subjects]
             kept += [DriftItem("failed", subject, "; ".join(msgs))

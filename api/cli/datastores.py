@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from api.cli.common import client, out, out_job, table
+from appliance.transports.registry import protocols, transport_type
 
 COLUMNS = ["name", "protocol", "pool", "size", "state", "serving", "connected_clients"]
 
@@ -25,10 +26,12 @@ def cmd_datastore(args: argparse.Namespace) -> int:
             if not all("=" in kv for kv in args.label):
                 raise SystemExit("zds: --label wants KEY=VALUE")
             body["labels"] = dict(kv.split("=", 1) for kv in args.label)
-        if args.protocol == "iscsi":
+        # the access section of the fields the protocol's transport takes
+        fields = t.access_fields if (t := transport_type(args.protocol)) else ()
+        if "initiators" in fields:
             body["iscsi"] = {"initiators": args.initiator or [],
                              "initiator_groups": args.group or []}
-        else:
+        if "nfs_clients" in fields:
             body["nfs"] = {"clients": [nfs_client(c_) for c_ in args.client or []]}
         out(args, c.call("PUT", f"/datastores/{args.name}", body), describe)
     elif args.ds_cmd == "delete":
@@ -82,7 +85,7 @@ def register(sub: Any) -> None:
                     help="the port clients reach iSCSI at, when forwarded (NAT)")
     dp = dsub.add_parser("put", help="create or update")
     dp.add_argument("name")
-    dp.add_argument("--protocol", choices=["nfs3", "nfs41", "iscsi"], required=True)
+    dp.add_argument("--protocol", choices=protocols(), required=True)
     dp.add_argument("--size", required=True)
     dp.add_argument("--pool")
     dp.add_argument("--thick", action="store_true")

@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from api.cli.common import client, out, table, wiring
+from appliance.transports.registry import probe_targets
 
 STEP_COLS = [("iops", "IOPS"), ("mbps", "MB/s"), ("lat_mean_ms", "mean ms"),
              ("lat_p50_ms", "p50"), ("lat_p95_ms", "p95"), ("lat_p99_ms", "p99"),
@@ -196,7 +197,7 @@ def register(sub: Any) -> None:
     lst.add_argument("--profiles", action="store_true")
     lst.add_argument("--profile")
     lst.add_argument("--datastore")
-    lst.add_argument("--target", choices=["local", "nfs", "iscsi", "client"])
+    lst.add_argument("--target", choices=["local", *probe_targets(), "client"])
     lst.add_argument("--status", choices=["ok", "failed", "cancelled"])
     lst.add_argument("--limit", type=int)
     ps.add_parser("profiles", help="the profile catalogue")
@@ -204,8 +205,9 @@ def register(sub: Any) -> None:
     run = ps.add_parser("run", help="run a profile on a datastore (or here, client mode)")
     run.add_argument("profile")
     run.add_argument("--datastore", required=True)
-    run.add_argument("--target", choices=["local", "nfs", "iscsi"],
-                     help="on the appliance: local (default), nfs or iscsi over loopback")
+    run.add_argument("--target", choices=["local", *probe_targets()],
+                     help="on the appliance: local (default), or over loopback: "
+                          + " or ".join(probe_targets()))
     run.add_argument("--set", action="append", metavar="KEY=VALUE",
                      help="override a parameter (runtime=60, workers=1,4,8, size=1g ...)")
     run.add_argument("--preset", choices=["default", "full"],

@@ -27,7 +27,7 @@ router = APIRouter(prefix="/probes", tags=["probes"], responses=ERRORS)
 class ProbeRun(BaseModel):
     profile: str = Field(description="a profile name from GET /probes/profiles")
     datastore: str
-    target: Literal["local", "nfs", "iscsi"] = "local"
+    target: schemas.ProbeTargetName = "local"
     overrides: dict[str, Any] = Field(
         default_factory=dict,
         description="runtime, ramp, size, workers, iodepth, bs ... or preset=full")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from appliance.metrics.collector import DatastoreSample
+from appliance.transports.registry import transport_type
 
 GiB = 1 << 30
 
@@ -151,7 +152,8 @@ def io_size_vs_block(f: DatastoreFacts) -> Finding | None:
                  for s in f.samples)
     if ops < MIN_IO_OPS:
         return None
-    key = "recordsize" if f.protocol != "iscsi" else "volblocksize"
+    t = transport_type(f.protocol)
+    key = t.storage.block_property if t is not None else "recordsize"
     block = int(f.properties.get(key, "0") or 0) if str(f.properties.get(key, "")).isdigit() \
         else 0
     mean = nbytes / ops
@@ -173,7 +175,8 @@ def io_size_vs_block(f: DatastoreFacts) -> Finding | None:
 
 
 def thin_without_unmap(f: DatastoreFacts) -> Finding | None:
-    if f.protocol != "iscsi" or not f.thin or not f.samples:
+    t = transport_type(f.protocol)
+    if t is None or not t.storage.is_volume or not f.thin or not f.samples:
         return None
     hours = (f.samples[-1].ts - f.samples[0].ts + f.samples[0].interval) / 3600
     written = sum(s.counts.get("write_bytes", 0) for s in f.samples)

@@ -1,12 +1,14 @@
 """The collector: one batched read per source, turned into per-datastore and per-pool
 samples (differences of cumulative counters over the interval).
 
-Per datastore:
+Per datastore, what its transport reads (``Transport.metrics_read``, once per collection
+for all its datastores) and finds for it (``metrics_sources``):
 - NFS: ganesha's GetNFSIO row(s) of its export (ops, bytes, latency sum in ns);
 - iSCSI: its zvol's block-layer counters (ops, bytes, time incl. queue, discards) and the
   commands LIO counted per initiator on its target.
-A probe's scratch (``POOL/zds-probes/DATASTORE-ID``: its zvol, or its temporary NFS export
-65500-65509) counts as I/O of the datastore it probes, and the sample says so (``probe``).
+A probe's scratch (``POOL/zds-probes/DATASTORE-ID``: its zvol, or its transport's
+temporary export, ``probe_sources``) counts as I/O of the datastore it probes, and the
+sample says so (``probe``).
 
 Per pool: ``zpool iostat -l`` (ops, bandwidth, total/disk/sync-queue/async-queue waits),
 fill and fragmentation (zpool list), SLOG / L2ARC present (zpool status), ARC and L2ARC
@@ -25,20 +27,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from appliance.errors import ZdsError
-from appliance.host.ganesha import GaneshaHost
-from appliance.host.iostats import BlockStat, InitiatorIo, IoStatsHost, NfsIo
+from appliance.host.iostats import IoStatsHost
 from appliance.host.zfs import PoolInfo, ZfsHost
-from appliance.model import DatastoreRecord
-from appliance.reconcile import PROBE_EXPORT_IDS
+from appliance.metrics.counters import DS_COUNTERS, NO_BLOCKS, BlockReading, Source
+from appliance.model import PROBE_SCRATCH_PARENT, DatastoreRecord
+from appliance.transports.base import AnyTransport
+from appliance.transports.registry import Transports
 
 log = logging.getLogger(__name__)
 
-SCRATCH_PARENT = "zds-probes"  # appliance.probes.safety.SCRATCH_PARENT
 POOL_INFO_TTL = 60.0  # seconds a pool's fill/fragmentation/vdev groups are reused
-
-# Counters of a datastore sample, all differences over the interval.
-DS_COUNTERS = ("read_ops", "write_ops", "read_bytes", "write_bytes", "read_latency_ns",
-               "write_latency_ns", "discards", "discard_bytes", "initiator_commands")
 
 
 @dataclass(frozen=True)
@@ -101,15 +99,13 @@ class Collection:
 class Collector:
     """Reads the sources once and keeps the previous counters to difference against."""
 
-    def __init__(self, stats: IoStatsHost, zfs: ZfsHost, ganesha: GaneshaHost,
+    def __init__(self, stats: IoStatsHost, zfs: ZfsHost, transports: Transports,
                  records: Callable[[], Iterable[DatastoreRecord]],
                  probes: Callable[[], Mapping[str, str]] = dict,
-                 clock: Callable[[], float] = time.time,
-                 groups: Callable[[], Mapping[str, Iterable[str]]] = dict) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         self.stats = stats
-        self.groups = groups  # initiator group -> its initiators
         self.zfs = zfs
-        self.ganesha = ganesha
+        self.transports = transports
         self.records = records
         self.probes = probes
         self.clock = clock
@@ -136,47 +132,37 @@ class Collector:
             if self._prev_ts is None:
                 return
             rec = next((r for r in self.records() if r.name == datastore), None)
-            if rec is None:
+            t = self.transports.get(rec.spec.protocol) if rec is not None else None
+            if rec is None or t is None:
                 return
             now = self.clock()
-            sources = self._probe_sources(rec, probe_id, self._safe_nfs_io(),
-                                          self.stats.block_io(), self.stats.zvol_devices())
+            sources = self._probe_sources(rec, probe_id, self._blocks(), t,
+                                          t.probe_read(self.stats))
             carry = self._carry.setdefault(datastore, dict.fromkeys(DS_COUNTERS, 0))
-            for key, values, _probe in sources:
+            for key, values in sources:
                 d = self._delta(key, now, values)  # keeps the reading as the new baseline
                 if d is not None:
                     for k, v in zip(DS_COUNTERS, d[1], strict=True):
                         carry[k] += v
 
-    def _safe_nfs_io(self) -> list[NfsIo]:
-        try:
-            return self.stats.nfs_io()
-        except ZdsError:
-            return []
+    def _blocks(self) -> BlockReading:
+        return BlockReading(self.stats.block_io(), self.stats.zvol_devices())
 
     def _collect(self) -> Collection:
         t0 = time.monotonic()
         errors: list[str] = []
-        recs = [r for r in self.records() if r.state == "ready"]
         running = dict(self.probes())
         now = self.clock()
+        # each transport with datastores reads its sources once, for all of them; the
+        # zvols' counters are read once for every transport on zvols and every probe
+        grouped = [(t, recs) for t, recs in self.transports.grouped(
+            r for r in self.records() if r.state == "ready") if recs]
+        blocks = (self._blocks() if running or any(t.storage.is_volume for t, _ in grouped)
+                  else NO_BLOCKS)
+        readings = [(t, recs, t.metrics_read(self.stats, recs, errors))
+                    for t, recs in grouped]
 
-        nfs_rows: list[NfsIo] = []
-        if any(r.spec.is_nfs for r in recs):
-            try:
-                nfs_rows = self.stats.nfs_io()
-            except ZdsError as exc:
-                errors.append(exc.message)
-        blocks: dict[str, BlockStat] = {}
-        zvols: dict[str, str] = {}
-        inits: list[InitiatorIo] = []
-        if any(not r.spec.is_nfs for r in recs) or running:
-            blocks = self.stats.block_io()
-            zvols = self.stats.zvol_devices()
-            if any(not r.spec.is_nfs for r in recs):
-                inits = self.stats.initiator_io(self._acls(recs))
-
-        samples = self._datastores(now, recs, running, nfs_rows, blocks, zvols, inits)
+        samples = self._datastores(now, readings, running, blocks)
         pools = self._pools(now, errors)
         self._prev_ts = now
         col = Collection(now, samples, pools, errors)
@@ -189,20 +175,6 @@ class Collector:
         else:
             t.last_success = now
         return col
-
-    def _acls(self, recs: Iterable[DatastoreRecord]) -> list[tuple[str, str, int]]:
-        """The (target, initiator, LUN 0) ZDS maps for each iSCSI datastore: read directly,
-        without listing configfs (at 500 LUNs the listings were most of a collection)."""
-        groups = self.groups()
-        out: list[tuple[str, str, int]] = []
-        for r in recs:
-            if r.spec.is_nfs or not r.iqn:
-                continue
-            names = set(r.spec.iscsi.initiators)
-            for g in r.spec.iscsi.initiator_groups:
-                names.update(groups.get(g, ()))
-            out.extend((r.iqn, name, 0) for name in sorted(names))
-        return out
 
     def _delta(self, key: str, now: float, values: tuple[int, ...]) -> tuple[float,
                                                                            tuple[int, ...]] | None:
@@ -221,40 +193,24 @@ class Collector:
             return None  # reset: a new baseline
         return now - prev[0], diffs
 
-    def _datastores(self, now: float, recs: list[DatastoreRecord], running: Mapping[str, str],
-                    nfs_rows: list[NfsIo], blocks: Mapping[str, BlockStat],
-                    zvols: Mapping[str, str], inits: list[InitiatorIo]) -> list[DatastoreSample]:
-        by_export: dict[int, list[NfsIo]] = {}
-        for row in nfs_rows:
-            by_export.setdefault(row.export_id, []).append(row)
-        probe_paths = self._probe_export_paths(by_export)
-        cmds_by_iqn: dict[str, int] = {}
-        for i in inits:
-            cmds_by_iqn[i.target] = cmds_by_iqn.get(i.target, 0) + i.commands
+    def _datastores(self, now: float,
+                    readings: list[tuple[AnyTransport, list[DatastoreRecord], object]],
+                    running: Mapping[str, str], blocks: BlockReading) -> list[DatastoreSample]:
         out: list[DatastoreSample] = []
         seen: set[str] = set()
-        for rec in recs:
-            if rec.spec.is_nfs and not self.stats.nfs_counters:
-                continue  # knfsd: no per-export counters, so no series (not zeros)
+        recs = [(t, rec, reading) for t, trecs, reading in readings for rec in trecs]
+        for t, rec, reading in recs:
+            own = t.metrics_sources(reading, rec, blocks)
+            if own is None:
+                continue  # its server keeps no counters per datastore: no series at all
             counts = dict.fromkeys(DS_COUNTERS, 0)
             interval: float | None = None
             probe = False
-            sources: list[tuple[str, tuple[int, ...], bool]] = []  # key, counters, probe
-            if rec.spec.is_nfs and rec.export_id is not None:
-                for row in by_export.get(rec.export_id, []):
-                    sources.append((f"nfs:{row.export_id}:{row.protocol}", _nfs_values(row),
-                                    False))
-            elif not rec.spec.is_nfs:
-                dev = zvols.get(rec.spec.dataset)
-                if dev is not None and dev in blocks:
-                    sources.append((f"blk:{rec.spec.dataset}", _block_values(blocks[dev]),
-                                    False))
-                if rec.iqn and rec.iqn in cmds_by_iqn:
-                    sources.append((f"lio:{rec.iqn}", (0, 0, 0, 0, 0, 0, 0, 0,
-                                                       cmds_by_iqn[rec.iqn]), False))
+            sources = [(key, values, False) for key, values in own]  # key, counters, probe
             pid = running.get(rec.name)
             if pid is not None:
-                sources += self._probe_sources(rec, pid, nfs_rows, blocks, zvols, probe_paths)
+                sources += [(key, values, True) for key, values in
+                            self._probe_sources(rec, pid, blocks, t, reading)]
             carried = self._carry.pop(rec.name, None)
             if carried is not None:
                 for k, v in carried.items():
@@ -282,7 +238,7 @@ class Collector:
                 tot[k] += v
         for key in [k for k in self._prev if k not in seen and not k.startswith("arc")]:
             del self._prev[key]  # gone: a deleted datastore, a finished probe
-        names = {r.name for r in recs}
+        names = {r.name for _t, r, _reading in recs}
         for name in [n for n in self.totals.datastores if n not in names]:
             del self.totals.datastores[name]
             self.totals.labels.pop(name, None)
@@ -296,37 +252,13 @@ class Collector:
         self.totals.labels[rec.name] = (rec.spec.pool, rec.spec.protocol)
         return self.totals.datastores.setdefault(rec.name, dict.fromkeys(DS_COUNTERS, 0))
 
-    def _probe_sources(self, rec: DatastoreRecord, pid: str, nfs_rows: list[NfsIo],
-                       blocks: Mapping[str, BlockStat], zvols: Mapping[str, str],
-                       paths: Mapping[int, str] | None = None
-                       ) -> list[tuple[str, tuple[int, ...], bool]]:
-        """The counters of a running probe's scratch: its zvol, or its NFS export."""
-        out: list[tuple[str, tuple[int, ...], bool]] = []
-        scratch = f"{rec.spec.pool}/{SCRATCH_PARENT}/{rec.name}-{pid}"
-        dev = zvols.get(scratch)
-        if dev is not None and dev in blocks:
-            out.append((f"blk:{scratch}", _block_values(blocks[dev]), True))
-        by_export: dict[int, list[NfsIo]] = {}
-        for row in nfs_rows:
-            by_export.setdefault(row.export_id, []).append(row)
-        if paths is None:
-            paths = self._probe_export_paths(by_export)
-        for eid, path in paths.items():
-            if path.rstrip("/").endswith(f"/{SCRATCH_PARENT}/{rec.name}-{pid}"):
-                for row in by_export.get(eid, []):
-                    out.append((f"nfs:{eid}:{row.protocol}:{pid}", _nfs_values(row), True))
-        return out
-
-    def _probe_export_paths(self, by_export: Mapping[int, list[NfsIo]]) -> dict[int, str]:
-        """Paths of the probes' temporary exports: one ShowExports, only when one of the
-        reserved ids shows in GetNFSIO."""
-        if not any(eid in PROBE_EXPORT_IDS for eid in by_export):
-            return {}
-        try:
-            return {e.export_id: e.path for e in self.ganesha.list_exports()
-                    if e.export_id in PROBE_EXPORT_IDS}
-        except ZdsError:
-            return {}
+    @staticmethod
+    def _probe_sources(rec: DatastoreRecord, pid: str, blocks: BlockReading,
+                       t: AnyTransport, reading: object) -> list[Source]:
+        """The counters of a running probe's scratch: its zvol, or what its transport
+        made of it (an NFS export)."""
+        scratch = blocks.zvol(f"{rec.spec.pool}/{PROBE_SCRATCH_PARENT}/{rec.name}-{pid}")
+        return [*((scratch,) if scratch else ()), *t.probe_sources(reading, rec, pid)]
 
     def _pool_layout(self, errors: list[str]) -> tuple[list[PoolInfo], dict[str, set[str]]]:
         """Pools (fill, fragmentation) and their vdev groups (logs, cache): re-read at
@@ -380,13 +312,3 @@ class Collector:
                                   dict(io.values) if io else {}, arc))
         return out
 
-
-def _nfs_values(row: NfsIo) -> tuple[int, ...]:
-    return (row.read.ops, row.write.ops, row.read.transferred, row.write.transferred,
-            row.read.latency_ns, row.write.latency_ns, 0, 0, 0)
-
-
-def _block_values(b: BlockStat) -> tuple[int, ...]:
-    return (b.reads, b.writes, b.read_sectors * 512, b.write_sectors * 512,
-            b.read_ms * 1_000_000, b.write_ms * 1_000_000, b.discards,
-            b.discard_sectors * 512, 0)

@@ -17,7 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from appliance.metrics.collector import DS_COUNTERS, DatastoreSample, PoolSample
+from appliance.metrics.collector import DatastoreSample, PoolSample
+from appliance.metrics.counters import DS_COUNTERS
 from appliance.store import Store
 
 FULL_KEEP = 24 * 3600.0

@@ -196,14 +196,13 @@ ADVICE_PROPERTIES = ("recordsize", "volblocksize", "volsize", "sync", "used", "l
 
 
 def build(ctx: Context, stats: IoStatsHost | None, probes: ProbeService) -> MetricsService:
-    """The service on the context's store, ZFS and ganesha; registers the collector on
+    """The service on the context's store, ZFS and transports; registers the collector on
     the scheduler when there are I/O sources and an interval."""
     store = ctx.store
     collector = None
     if stats is not None:
-        collector = Collector(stats, ctx.zfs, ctx.ganesha, store.list_datastores,
-                              probes.registry.running,
-                              groups=lambda: {g.name: g.initiators for g in store.list_groups()})
+        collector = Collector(stats, ctx.zfs, ctx.transports, store.list_datastores,
+                              probes.registry.running)
 
     def dataset_properties(rec: DatastoreRecord) -> Mapping[str, str]:
         info = ctx.zfs.get_dataset(rec.spec.dataset, ADVICE_PROPERTIES)

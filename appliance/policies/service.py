@@ -36,7 +36,7 @@ from appliance.host.hooks import HookHost, HookResult
 from appliance.host.vsphere import VsphereConnector
 from appliance.host.zfs import DatasetInfo
 from appliance.jobs import Job, JobContext
-from appliance.model import DATASTORE_PARENT, DatastoreRecord, naa_wwn
+from appliance.model import DATASTORE_PARENT, DatastoreRecord
 from appliance.policies.model import (
     CONSISTENCY_PROPERTY,
     SNAPSHOT_PROPERTY,
@@ -451,8 +451,9 @@ class PolicyService:
             return None, VmwareReport(step.vcenter, error=f"vCenter {step.vcenter} is not "
                                                           "registered")
         q = VmwareQuiesce(self.vsphere, vc, step)
-        vt = [Target(r.name, nfs_path=f"/{r.spec.dataset}") if r.spec.is_nfs
-              else Target(r.name, naa=naa_wwn(r.serial or "")) for r in targets]
+        transports = self.ctx.transports
+        vt = [Target(r.name, **transports.of(r.spec.protocol).vmware_target(r))
+              for r in targets]
         return q, q.quiesce(vt, snapname)
 
     def _snapshot(self, spec: PolicySpec, targets: Sequence[DatastoreRecord], snapname: str,

@@ -33,8 +33,15 @@ from appliance.probes.model import (
 )
 from appliance.probes.profiles import Profile, Step
 from appliance.probes.semantics import Semantics
+from appliance.transports.registry import probe_targets
 
-TARGET_KINDS = ("local", "nfs", "iscsi", "client")
+
+def target_kinds() -> tuple[str, ...]:
+    """local: on the appliance, straight on the scratch; client: `zds probe run`
+    elsewhere; the others: through a transport, over loopback (appliance.probes.attach)."""
+    return ("local", *probe_targets(), "client")
+
+
 # Sets the appliance side of one phase's semantics (ZFS properties of the probe's
 # scratch) and returns what it set; None in client mode (the appliance is elsewhere).
 PhaseSetup = Callable[[Semantics], Mapping[str, str]]
@@ -76,10 +83,11 @@ class ProbeTarget:
     """Where a probe runs. fio profiles need ``path``; rtt/net need ``host``.
 
     ``layer`` is what fio does its I/O on (appliance.probes.semantics.Layer): ``zfs`` for
-    a dataset's mountpoint, ``nfs``, ``block``, ``fs``; '' = from kind and is_device.
+    a dataset's mountpoint, ``nfs``, ``block``, ``fs``; '' = ``block`` for a device, else
+    ``fs`` (the attachment of a transport says which).
     """
 
-    kind: str  # local | nfs | iscsi | client
+    kind: str  # one of target_kinds()
     datastore: str
     path: str = ""
     is_device: bool = False
@@ -88,8 +96,8 @@ class ProbeTarget:
     layer: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in TARGET_KINDS:
-            raise InvalidInput(f"target: expected one of {', '.join(TARGET_KINDS)}")
+        if self.kind not in (kinds := target_kinds()):
+            raise InvalidInput(f"target: expected one of {', '.join(kinds)}")
         if self.layer and self.layer not in semantics.LAYERS:
             raise InvalidInput(f"layer: expected one of {', '.join(semantics.LAYERS)}")
 
@@ -97,9 +105,7 @@ class ProbeTarget:
     def io_layer(self) -> str:
         if self.layer:
             return self.layer
-        if self.is_device:
-            return "block"
-        return "nfs" if self.kind == "nfs" else "fs"
+        return "block" if self.is_device else "fs"
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "datastore": self.datastore, "path": self.path,
@@ -177,8 +183,8 @@ class ProbeExecutor:
         protocol: str = "",
         setup: PhaseSetup | None = None,
     ) -> ProbeResult:
-        """Runs the profile on ``target``. ``protocol`` (the datastore's: nfs3, nfs41,
-        iscsi) resolves ``writes=auto``; ``setup`` makes each phase's semantics hold on
+        """Runs the profile on ``target``. ``protocol`` (the datastore's) resolves
+        ``writes=auto``; ``setup`` makes each phase's semantics hold on
         the appliance (see appliance.probes.semantics)."""
         profile = profiles.get(profile_name)
         params = profile.resolve(overrides)

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 
 from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound, ZdsError
 from appliance.host.zfs import DatasetInfo, ZfsHost
+from appliance.model import PROBE_SCRATCH_PARENT
 from appliance.probes.execute import CancelToken
 from appliance.probes.params import Params, human_size, parse_size
 from appliance.probes.profiles import Profile
 
-SCRATCH_PARENT = "zds-probes"
+SCRATCH_PARENT = PROBE_SCRATCH_PARENT  # POOL/zds-probes: where scratch is made
 SCRATCH_PROPERTY = "zds:probe"
 MAX_POOL_FILL = 0.80
 MARGIN = 64 << 20  # fio's own files, logs, rounding

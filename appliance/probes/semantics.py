@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 from appliance.errors import InvalidInput
 from appliance.probes.params import Params
+from appliance.transports.registry import probe_writes
 
 # What fio does its I/O on:
 #   zfs    a ZFS dataset's mountpoint on the appliance (local target of an NFS datastore)
@@ -51,7 +52,6 @@ Layer = Literal["zfs", "nfs", "block", "fs"]
 LAYERS: tuple[str, ...] = ("zfs", "nfs", "block", "fs")
 READS = ("cache", "disk")
 WRITES = ("auto", "sync", "async")
-NFS_PROTOCOLS = ("nfs3", "nfs41")
 
 
 @dataclass(frozen=True)
@@ -83,8 +83,8 @@ class FioIo:
 
 def requested(params: Mapping[str, Any], protocol: str) -> Semantics:
     """The semantics a probe asks for: its ``reads``/``writes``/``direct`` parameters,
-    ``writes=auto`` resolved for the datastore's protocol (nfs3/nfs41: sync; iscsi and
-    anything else: async)."""
+    ``writes=auto`` resolved for the datastore's protocol as its transport says (NFS:
+    sync, as ESXi writes; a LUN and anything else: async)."""
     reads = str(params.get("reads", "cache"))
     writes = str(params.get("writes", "auto"))
     if reads not in READS:
@@ -92,7 +92,7 @@ def requested(params: Mapping[str, Any], protocol: str) -> Semantics:
     if writes not in WRITES:
         raise InvalidInput(f"writes: expected one of {', '.join(WRITES)}, got {writes!r}")
     if writes == "auto":
-        writes = "sync" if protocol in NFS_PROTOCOLS else "async"
+        writes = probe_writes(protocol)
     direct = params.get("direct", True)
     return Semantics(reads, writes, "bypassed" if direct is not False else "used")
 

@@ -29,14 +29,14 @@ from appliance.host.zfs import ZfsHost
 from appliance.jobs import JobCancelled, JobContext, JobManager
 from appliance.probes import compare as _compare
 from appliance.probes import plots, profiles, report, semantics
-from appliance.probes.attach import Attacher, DatastoreRef, IscsiSelfAttach, NfsSelfAttach
+from appliance.probes.attach import Attacher, DatastoreRef, TransportAttach
 from appliance.probes.execute import (
-    TARGET_KINDS,
     CancelToken,
     ProbeExecutor,
     ProbeTarget,
     new_id,
     now_iso,
+    target_kinds,
 )
 from appliance.probes.model import ProbeResult, StepResult, summarize
 from appliance.probes.params import Params
@@ -88,6 +88,7 @@ class ProbeService:
         zfs: ZfsHost | None = None,
         attachers: Mapping[str, Attacher] | None = None,
         settings_for: Callable[[DatastoreRef], dict[str, Any]] | None = None,
+        targets: Mapping[str, str] | None = None,
         registry: ProbeRegistry | None = None,
         devfs: DeviceFs | None = None,
         mount_root: str = "/run/zds/probes",
@@ -98,6 +99,9 @@ class ProbeService:
         self.zfs = zfs
         self.scratch = ScratchManager(zfs) if zfs is not None else None
         self.attachers = dict(attachers or {})
+        # protocol -> the target that reaches a datastore of it (a fio probe through
+        # another protocol's target would measure a different datastore kind)
+        self.targets = dict(targets or {})
         self.settings_for = settings_for or (lambda ref: {})
         self.registry = registry or ProbeRegistry()
         self.devfs = devfs
@@ -117,17 +121,15 @@ class ProbeService:
         """Every check that can be made before anything is created (4xx on failure)."""
         profile = profiles.get(req.profile)
         params = profile.resolve(dict(req.overrides))
-        if req.target not in TARGET_KINDS or req.target == "client":
-            raise InvalidInput("target: expected local, nfs or iscsi (client results are "
-                               "posted by `zds probe run` on the client)")
+        if req.target not in (kinds := target_kinds()) or req.target == "client":
+            raise InvalidInput(f"target: expected {', '.join(kinds[:-1])} (client "
+                               "results are posted by `zds probe run` on the client)")
         ref = self.lookup(req.datastore)
         if profile.kind == "fio":
-            if req.target == "nfs" and ref.is_volume:
+            own = self.targets.get(ref.protocol)
+            if req.target != "local" and own is not None and req.target != own:
                 raise InvalidInput(f"datastore {ref.name} is {ref.protocol}: use target "
-                                   "local or iscsi")
-            if req.target == "iscsi" and not ref.is_volume:
-                raise InvalidInput(f"datastore {ref.name} is {ref.protocol}: use target "
-                                   "local or nfs")
+                                   f"local or {own}")
             if ref.is_volume and profile.needs_directory and self.devfs is None:
                 raise InvalidInput(f"profile {profile.name} needs a file system; datastore "
                                    f"{ref.name} is a zvol (run it on an NFS datastore or "
@@ -380,7 +382,8 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
             raise NotFound(f"datastore {name!r} not found")
         if rec.state != "ready":
             raise Conflict(f"datastore {name} is {rec.state}")
-        return DatastoreRef(rec.name, rec.spec.pool, rec.spec.dataset, not rec.spec.is_nfs,
+        return DatastoreRef(rec.name, rec.spec.pool, rec.spec.dataset,
+                            ctx.transports.of(rec.spec.protocol).storage.is_volume,
                             rec.spec.protocol)
 
     def settings_for(ref: DatastoreRef) -> dict[str, Any]:
@@ -394,14 +397,12 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
             if info is not None:
                 out["zfs"] = {k: info.prop(k) for k in RECORDED_PROPS if info.prop(k)}
         rec = ctx.store.get_datastore(ref.name)
-        if rec is not None and rec.export_id is not None:
-            out["ganesha"] = {"export_id": rec.export_id}
-        if rec is not None and rec.iqn is not None:
-            with contextlib.suppress(ZdsError):
-                out["lio"] = {"iqn": rec.iqn, **ctx.lio.tpg_attributes(rec.iqn)}
+        if rec is not None:
+            out.update(ctx.transports.of(rec.spec.protocol).probe_settings(rec))
         return out
 
     workroot = str(Path(ctx.settings.state_dir) / "probes")
+    targets = {p: t.probe_target for t in ctx.transports for p in t.protocols}
     if hosts is None:
         from appliance.host.fio import Fio
         from appliance.host.run import SubprocessRunner
@@ -409,16 +410,14 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
 
         return ProbeService(ProbeStore(ctx.store.connect),
                             ProbeExecutor(Fio(SubprocessRunner(), PopenSpawner()), workroot),
-                            lookup, ctx.zfs, {}, settings_for)
+                            lookup, ctx.zfs, {}, settings_for, targets)
     executor = ProbeExecutor(hosts.fio, workroot, stats=hosts.stats, iperf=hosts.iperf,
                              sync=hosts.sync)
     attachers: dict[str, Attacher] = {
-        "nfs": NfsSelfAttach(ctx.ganesha, hosts.mounter),
-        "iscsi": IscsiSelfAttach(ctx.lio, hosts.initiator, ctx.settings.iqn_prefix,
-                                 ctx.settings.iscsi_portal),
-    }
+        t.probe_target: TransportAttach(t.probe_target, t.probe_attacher(hosts))
+        for t in ctx.transports}
     return ProbeService(ProbeStore(ctx.store.connect), executor, lookup, ctx.zfs, attachers,
-                        settings_for, devfs=hosts.devfs)
+                        settings_for, targets, devfs=hosts.devfs)
 
 
 def submit(jobs: JobManager, svc: ProbeService, req: ProbeRequest) -> tuple[str, Any]:

@@ -7,13 +7,12 @@ import json
 import logging
 import re
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from appliance import validate
-from appliance.attach import AttachInstructions, iscsi_instructions, nfs_instructions
+from appliance.attach import AttachInstructions
 from appliance.context import Context
 from appliance.errors import (
     Conflict,
@@ -23,20 +22,13 @@ from appliance.errors import (
     Unavailable,
     ZdsError,
 )
-from appliance.host.ganesha import LiveExport
-from appliance.host.ganesha_config import check_spec as ganesha_check_spec
-from appliance.host.lio import check_spec as lio_check_spec
-from appliance.host.nfs_units import MAIN_UNIT
 from appliance.host.zfs import DatasetInfo
 from appliance.jobs import Job, JobContext
 from appliance.model import (
     DATASTORE_PROPERTIES,
     DATASTORE_SETTINGS,
-    NFS_DATASET_PROPERTIES,
     PROFILES,
-    PROTOCOLS,
     VIEW_PROPERTIES,
-    ZVOL_PROPERTIES,
     ChapSettings,
     DatastoreRecord,
     DatastoreSpec,
@@ -46,9 +38,9 @@ from appliance.model import (
     naa_wwn,
 )
 from appliance.policies.protection import Protection, ProtectionSource
-from appliance.reconcile import MIN_EXPORT_ID, export_spec, target_spec
 from appliance.reconciler import LiveState, Reconciler
 from appliance.services.pools import PoolService
+from appliance.transports.base import AnyTransport
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +113,7 @@ class DatastoreService:
 
     def list(self) -> list[DatastoreView]:
         view, live = self.reconciler.read(snapshots=True, properties=VIEW_PROPERTIES,
-                                          activity=True, detail=False)
+                                          for_view=True)
         records = self.ctx.store.list_datastores()
         prot = self.protection(records) if self.protection else {}
         return [replace(self._view(r, view.datasets.get(r.spec.dataset)
@@ -145,21 +137,20 @@ class DatastoreService:
                        protection=prot)
 
     def live_one(self, rec: DatastoreRecord, clients: bool = True) -> LiveState:
-        """Whether one datastore is served and who uses it (NFS: 2 DBus calls, or one
-        DisplayExport without ``clients``; iSCSI: a few configfs reads)."""
-        try:
-            if rec.spec.is_nfs and not clients and rec.export_id is not None:
-                shown = self.ctx.ganesha.get_export(rec.export_id)
-                return LiveState(True, True, {shown.export_id: LiveExport(
-                    shown.export_id, shown.path)} if shown else {}, {})
-            if rec.spec.is_nfs:
-                act = self.ctx.ganesha.activity()
-                exports = {i: LiveExport(i, r.path) for i, r in act.exports.items()}
-                return LiveState(True, True, exports, {}, activity=act)
-            target = self.ctx.lio.get_target(rec.iqn or "") if rec.iqn else None
-            return LiveState(True, True, {}, {rec.iqn: target} if target and rec.iqn else {})
-        except ZdsError:
-            return LiveState(False, False, {}, {})
+        """Whether one datastore is served and who uses it: a few host calls of its
+        transport (NFS: 2 DBus calls, or one DisplayExport without ``clients``)."""
+        transports = self.ctx.transports
+        t = transports.get(rec.spec.protocol)
+        return LiveState({t.name: t.read_one(rec, clients)} if t else {}, transports)
+
+    def transport(self, rec: DatastoreRecord) -> AnyTransport:
+        """What serves ``rec`` (Unavailable for a protocol this appliance does not serve:
+        a pool from a newer release)."""
+        t = self.ctx.transports.get(rec.spec.protocol)
+        if t is None:
+            raise Unavailable(f"datastore {rec.name} is {rec.spec.protocol}, which this "
+                              "appliance does not serve")
+        return t
 
     def record(self, name: str) -> DatastoreRecord:
         validate.resource_name(name, "datastore name")
@@ -175,20 +166,15 @@ class DatastoreService:
         view = view or self.get(name)
         address = server or self.ctx.settings.public_address or "APPLIANCE-ADDRESS"
         rec = view.record
-        if rec.spec.is_nfs:
-            return nfs_instructions(rec, address, view.path or f"/{view.dataset}",
-                                    port or 2049)
-        return iscsi_instructions(rec, address, view.wwn or "",
-                                  port or self.ctx.settings.iscsi_portal[1])
+        return self.transport(rec).attach(rec, address, port, view.path)
 
     def _view(self, rec: DatastoreRecord, ds: DatasetInfo | None, snapshots: int,
               live: LiveState) -> DatastoreView:
         props = dict(ds.properties) if ds else {}
         path = device = None
-        if ds is not None and rec.spec.is_nfs:
-            path = ds.prop("mountpoint") or None
-        elif ds is not None:
-            device = self.ctx.zfs.zvol_device(rec.spec.dataset)
+        t = self.ctx.transports.get(rec.spec.protocol)
+        if ds is not None and t is not None:
+            path, device = t.storage.location(self.ctx.zfs, rec.spec.dataset, ds)
         ratio = props.get("compressratio", "1.00").rstrip("x")
         return DatastoreView(
             record=rec,
@@ -213,22 +199,12 @@ class DatastoreService:
     def validate_request(self, name: str, req: DatastoreRequest) -> DatastoreSpec:
         """Turns a request into a spec or raises InvalidInput/NotFound; changes nothing."""
         validate.resource_name(name, "datastore name")
-        if req.protocol not in PROTOCOLS:
-            raise InvalidInput(f"invalid protocol {req.protocol!r}: one of {', '.join(PROTOCOLS)}")
+        transport = self.ctx.transports.of(req.protocol)
         if req.profile not in PROFILES:
             raise InvalidInput(f"invalid profile {req.profile!r}: one of {', '.join(PROFILES)}")
         pool = self.pools.resolve(req.pool)
         size = validate.parse_size(req.size)
-        is_nfs = req.protocol != "iscsi"
-        if is_nfs and (req.initiators or req.initiator_groups or req.chap):
-            raise InvalidInput("initiators, initiator_groups and chap are for iscsi datastores")
-        if not is_nfs and req.nfs_clients:
-            raise InvalidInput("nfs clients are for nfs3/nfs41 datastores; "
-                               "use initiators for iscsi")
-        if is_nfs and req.volblocksize is not None:
-            raise InvalidInput("volblocksize is for iscsi (zvol) datastores; use recordsize")
-        if not is_nfs and req.recordsize is not None:
-            raise InvalidInput("recordsize is for nfs datastores; use volblocksize")
+        self._refuse_foreign_fields(transport, req)
         labels = validate.labels(req.labels or {})
         clients: list[NfsClient] = []
         seen: set[str] = set()
@@ -270,33 +246,41 @@ class DatastoreService:
                                                      "volblocksize")
                           if req.volblocksize is not None else None),
         )
-        if not is_nfs:
-            block = overrides.volblocksize or int(ZVOL_PROPERTIES["volblocksize"])
-            size = -(-size // block) * block  # zvol sizes are whole blocks
+        size = transport.storage.round_size(size, overrides.volblocksize)
         if size < 64 << 20:
             raise InvalidInput("size must be at least 64M")
         spec = DatastoreSpec(
-            name=name, pool=pool, protocol=req.protocol,  # type: ignore[arg-type]
+            name=name, pool=pool, protocol=req.protocol,
             size=size, thin=req.thin, profile=req.profile,  # type: ignore[arg-type]
             nfs_clients=tuple(clients),
             iscsi=IscsiAccess(initiators, groups, chap),
             overrides=overrides,
             labels=labels,
         )
-        self._check_with_adapters(spec)
+        # the export/target this spec will become, checked by the adapter's own rules
+        # now, so nothing it would refuse gets as far as creating a dataset
+        transport.check(spec)
         return spec
 
-    def _check_with_adapters(self, spec: DatastoreSpec) -> None:
-        """The export/target this spec will become, checked by the adapters' own rules
-        now, so nothing they would refuse gets as far as creating a dataset."""
-        probe = DatastoreRecord(spec, "creating", export_id=MIN_EXPORT_ID,
-                                iqn=self.target_iqn(spec.name), serial=str(uuid.uuid4()))
-        if spec.is_nfs:
-            ganesha_check_spec(export_spec(probe, "/" + spec.dataset))
-        else:
-            groups = {g.name: g for g in self.ctx.store.list_groups()}
-            lio_check_spec(target_spec(probe, "/dev/zvol/" + spec.dataset, groups,
-                                       self.ctx.settings.iscsi_portal))
+    def _refuse_foreign_fields(self, transport: AnyTransport, req: DatastoreRequest) -> None:
+        """Fields of another protocol's access (clients, initiators...) or of the other
+        storage kind's block size are refused, not ignored."""
+        for other in self.ctx.transports:
+            given = [f for f in other.access_fields
+                     if f not in transport.access_fields and getattr(req, f)]
+            if given:
+                raise InvalidInput(f"{other.access_said} are for "
+                                   f"{'/'.join(other.protocols)} datastores"
+                                   + (f"; {transport.access_hint}" if transport.access_hint
+                                      else ""))
+        own = transport.storage.block_property
+        for other in self.ctx.transports:
+            prop = other.storage.block_property
+            if prop != own and getattr(req, prop) is not None:
+                kinds = "/".join(p for o in self.ctx.transports
+                                 if o.storage is other.storage for p in o.protocols)
+                raise InvalidInput(f"{prop} is for {kinds} ({other.storage.said}) "
+                                   f"datastores; use {own}")
 
     # --- writing --------------------------------------------------------------------
 
@@ -329,14 +313,7 @@ class DatastoreService:
     def _require_service(self, spec: DatastoreSpec) -> None:
         if not self.ctx.zfs.available():
             raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
-        if spec.is_nfs and not self.ctx.ganesha.available():
-            server = self.ctx.settings.nfs_server
-            raise Unavailable(f"the NFS server ({server}) is not running: start it "
-                              f"(systemctl start {MAIN_UNIT[server]}) and retry; nothing "
-                              "was changed")
-        if not spec.is_nfs and not self.ctx.lio.available():
-            raise Unavailable("the LIO iSCSI target is not available (configfs/target "
-                              "modules); nothing was changed")
+        self.ctx.transports.of(spec.protocol).require()
 
     def _check_space(self, spec: DatastoreSpec, already: int = 0) -> None:
         root = self.ctx.zfs.get_dataset(spec.pool, ("used", "available"))
@@ -370,12 +347,14 @@ class DatastoreService:
                            "known here (import it or choose another name)")
         if origin is None:
             self._check_space(spec)
+        transport = self.ctx.transports.of(spec.protocol)
+        identity = transport.new_identity(spec)
         rec = DatastoreRecord(
             spec=spec,
             state="creating",
-            export_id=self.ctx.store.next_export_id() if spec.is_nfs else None,
-            iqn=self.target_iqn(spec.name) if not spec.is_nfs else None,
-            serial=str(uuid.uuid4()) if not spec.is_nfs else None,
+            export_id=identity.export_id,
+            iqn=identity.iqn,
+            serial=identity.serial,
             origin=origin,
             created=time.time(),
         )
@@ -385,7 +364,7 @@ class DatastoreService:
             rec = rec.with_state("ready")
             self.ctx.store.put_datastore(rec)
             report = self.reconciler.datastores([rec])
-            failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
+            failures = report.failures_for(*transport.subjects(rec), "zfs")
             if failures:
                 raise Unavailable("could not serve the datastore: " + "; ".join(failures))
         except Exception:
@@ -404,41 +383,16 @@ class DatastoreService:
         except Exception:  # left in 'deleting': the next reconcile at start-up retries
             pass
 
-    def target_iqn(self, name: str) -> str:
-        host = re.sub(r"[^a-z0-9-]", "-", self.ctx.local.hostname().lower()).strip("-")
-        return validate.iqn(f"{self.ctx.settings.iqn_prefix}:{host or 'zds'}.{name}")
-
     def zfs_properties(self, rec: DatastoreRecord) -> dict[str, str]:
         """Native + zds:* properties for the dataset/zvol of ``rec``."""
-        spec = rec.spec
-        props = dict(NFS_DATASET_PROPERTIES if spec.is_nfs else ZVOL_PROPERTIES)
-        o = spec.overrides
-        if o.sync:
-            props["sync"] = o.sync
-        if o.compression:
-            props["compression"] = o.compression
-        if spec.is_nfs:
-            if o.recordsize:
-                props["recordsize"] = str(o.recordsize)
-            props["refquota"] = str(spec.size)
-            props["refreservation"] = "none" if spec.thin else str(spec.size)
-        else:
-            if o.volblocksize:
-                props["volblocksize"] = str(o.volblocksize)
+        props = self.ctx.transports.of(rec.spec.protocol).zfs_properties(rec.spec)
         props.update(self.user_properties(rec))
         return props
 
-    @staticmethod
-    def user_properties(rec: DatastoreRecord) -> dict[str, str]:
+    def user_properties(self, rec: DatastoreRecord) -> dict[str, str]:
         """What a pool carries to another appliance about this datastore (no secrets)."""
         spec = rec.spec
-        access: dict[str, Any] = (
-            {"nfs_clients": [{"match": c.match, "access": c.access} for c in spec.nfs_clients]}
-            if spec.is_nfs else
-            {"initiators": list(spec.iscsi.initiators),
-             "initiator_groups": list(spec.iscsi.initiator_groups),
-             "chap": spec.iscsi.chap is not None}
-        )
+        access: dict[str, Any] = self.ctx.transports.of(spec.protocol).access_record(spec)
         props = {
             "zds:managed": "true",
             "zds:name": spec.name,
@@ -464,24 +418,14 @@ class DatastoreService:
         return self._create(spec, origin=snapshot)
 
     def create_dataset(self, rec: DatastoreRecord) -> None:
-        zfs = self.ctx.zfs
         spec = rec.spec
+        storage = self.ctx.transports.of(spec.protocol).storage
         self.pools.ensure_parent(spec.pool)
         props = self.zfs_properties(rec)
         if rec.origin:
-            for fixed in ("volblocksize", "refreservation"):
-                props.pop(fixed, None)
-            zfs.clone(rec.origin, spec.dataset, props)
-            if not spec.is_nfs:
-                zfs.set_properties(spec.dataset, {"volsize": str(spec.size)})
-                zfs.wait_for_device(spec.dataset)
-            return
-        if spec.is_nfs:
-            zfs.create_filesystem(spec.dataset, props)
+            storage.clone(self.ctx.zfs, rec.origin, spec, props)
         else:
-            props.pop("refreservation", None)
-            zfs.create_volume(spec.dataset, spec.size, spec.thin, props)
-            zfs.wait_for_device(spec.dataset)
+            storage.create(self.ctx.zfs, spec, props)
 
     def _update(self, rec: DatastoreRecord, spec: DatastoreSpec) -> DatastoreView:
         old = rec.spec
@@ -492,9 +436,8 @@ class DatastoreService:
         if spec.protocol != old.protocol:
             raise Conflict(f"datastore {rec.name} is {old.protocol}; the protocol cannot change "
                            "(clients would lose it): create a new datastore")
-        if not spec.is_nfs and spec.overrides.volblocksize is None:
-            spec = replace(spec, overrides=replace(spec.overrides,
-                                                   volblocksize=old.overrides.volblocksize))
+        transport = self.ctx.transports.of(spec.protocol)
+        spec = transport.storage.keep_fixed(spec, old)
         if spec.overrides.volblocksize != old.overrides.volblocksize:
             raise Conflict("volblocksize is fixed when a zvol is created")
         if spec.size < old.size:
@@ -509,22 +452,12 @@ class DatastoreService:
         props = self.zfs_properties(new)
         if old.labels and not spec.labels:
             props["zds:labels"] = "{}"  # cleared (a user property cannot be unset by set)
-        zfs = self.ctx.zfs
         # properties fixed at creation, or that only a change of size may touch
-        for fixed in ("volblocksize", "refquota", "refreservation"):
-            props.pop(fixed, None)
-        if spec.is_nfs:
-            props["refquota"] = str(spec.size)
-            props["refreservation"] = "none" if spec.thin else str(spec.size)
-        else:
-            if spec.size != old.size:
-                props["volsize"] = str(spec.size)
-            if spec.thin != old.thin:
-                props["refreservation"] = "none" if spec.thin else "auto"
-        zfs.set_properties(spec.dataset, props)
+        props = transport.storage.update_properties(props, spec, old)
+        self.ctx.zfs.set_properties(spec.dataset, props)
         self.ctx.store.put_datastore(new)
         report = self.reconciler.datastores([new])
-        failures = report.failures_for(new.export_id, new.iqn, "zfs")
+        failures = report.failures_for(*transport.subjects(new), "zfs")
         if failures:
             raise Unavailable("the datastore was changed in ZFS but could not be re-served: "
                               + "; ".join(failures) + " (it is retried at every reconcile)")
@@ -542,7 +475,7 @@ class DatastoreService:
             if not force:
                 clients = self.live_one(rec).clients(rec)
                 if clients:
-                    what = "initiators logged in" if not rec.spec.is_nfs else "NFS clients"
+                    what = self.transport(rec).clients_said
                     raise Conflict(
                         f"datastore {name} has {what}: {', '.join(clients)}; "
                         "disconnect them or delete with force=true",
@@ -560,7 +493,7 @@ class DatastoreService:
     def finish_delete(self, rec: DatastoreRecord) -> None:
         """Stop serving, destroy the dataset, forget the record (idempotent)."""
         report = self.reconciler.datastores([rec], withdraw=True)
-        failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
+        failures = report.failures_for(*self.subjects(rec), "zfs")
         if failures:
             raise Unavailable("could not stop serving the datastore: " + "; ".join(failures))
         for attempt in range(6):
@@ -593,6 +526,11 @@ class DatastoreService:
             except ZdsError as exc:
                 log.error("could not finish %s of %s: %s", rec.state, rec.name, exc.message)
                 self.ctx.store.put_datastore(rec.with_state(rec.state, exc.message))
+
+    def subjects(self, rec: DatastoreRecord) -> tuple[str, ...]:
+        """What a reconcile report names ``rec``'s export/target by."""
+        t = self.ctx.transports.get(rec.spec.protocol)
+        return t.subjects(rec) if t is not None else ()
 
     def dependent_clones(self, rec: DatastoreRecord) -> builtins.list[str]:
         prefix = rec.spec.dataset + "@"

@@ -45,15 +45,19 @@ class InitiatorGroupService:
             if old is not None and old.initiators == iqns:
                 return GroupView(old, self._used_by(name)), False
             users = self._used_by(name)
-            if users and not self.ctx.lio.available():
-                raise Unavailable("the LIO target is not available; the group is used by "
-                                  f"{', '.join(users)} and could not be applied")
+            records = [r for r in self.ctx.store.list_datastores() if r.name in users]
+            serving = [(t, recs) for t, recs in self.ctx.transports.grouped(records) if recs]
+            for t, _recs in serving:
+                if not t.available():
+                    raise Unavailable(f"the {t.daemon} target is not available; the group "
+                                      f"is used by {', '.join(users)} and could not be "
+                                      "applied")
             group = InitiatorGroup(name, iqns, created=old.created if old else 0.0)
             self.ctx.store.put_group(group)
             if users:
-                records = [r for r in self.ctx.store.list_datastores() if r.name in users]
                 report = self.reconciler.datastores(records)
-                failures = report.failures_for(*(r.iqn for r in records), "zfs")
+                failures = report.failures_for(
+                    *(s for t, recs in serving for r in recs for s in t.subjects(r)), "zfs")
                 if failures:
                     raise Unavailable("group saved but not applied everywhere: "
                                       + "; ".join(failures) + " (retried at every reconcile)")

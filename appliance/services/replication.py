@@ -25,7 +25,6 @@ import ipaddress
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal
@@ -66,7 +65,6 @@ from appliance.model import (
     DatastoreRecord,
     DatastoreSpec,
     datastore_dataset,
-    naa_wwn,
     zds_dataset,
 )
 from appliance.reconciler import Reconciler
@@ -692,14 +690,9 @@ class ReplicationService:
         props = {"zds:replication": spec.name,
                  "zds:replica_of": f"{self.ctx.local.hostname()}/{spec.datastore}",
                  "readonly": "on"}
-        exclude: tuple[str, ...] = ("refreservation",)
-        if ds.spec.is_nfs:
-            props["canmount"] = "noauto"  # never mounted on the target until promoted
-            path = info.prop("mountpoint")
-            if path.startswith("/"):
-                props["zds:source_path"] = path
-            exclude += ("mountpoint",)
-        return ReceiveSpec(spec.target.dataset, props, exclude)
+        kept, dropped = self.datastores.transport(ds).storage.receive_properties(info)
+        props.update(kept)
+        return ReceiveSpec(spec.target.dataset, props, ("refreservation", *dropped))
 
     def _set_cursor(self, name: str, dataset: str, source: Sequence[SnapRef],
                     newest: SnapRef, marks: Sequence[SnapRef]) -> None:
@@ -875,36 +868,16 @@ class ReplicationService:
             if zfs.get_dataset(new_dataset, ("type",)) is not None:
                 raise Conflict(f"dataset {new_dataset} exists already")
             records = self.ctx.store.list_datastores()
+            transport = self.ctx.transports.of(spec.protocol)
             # first, as it may refuse (nfs_path=source): nothing is allocated yet
-            mountpoint = self._promote_path(spec.is_nfs, inc, req, new_name, notes)
-            iqn = serial = None
-            export_id = None
-            if spec.is_nfs:
-                export_id = self.ctx.store.next_export_id()
-            elif req.identity == "keep":
-                iqn, serial = adopted.iqn, adopted.serial
-                clash = [r.name for r in records if (iqn and r.iqn == iqn)
-                         or (serial and r.serial == serial)]
-                if clash or not iqn or not serial:
-                    raise Conflict(
-                        f"the source's IQN/unit serial is in use here by {', '.join(clash)}: "
-                        "two LUNs with one NAA id confuse every initiator. Promote with "
-                        "identity=new (ESXi then resignatures the VMFS copy)"
-                        if clash else "the replica carries no IQN/serial to keep",
-                        detail={"datastores": clash})
-                notes.append(f"The LUN keeps the source's NAA id {naa_wwn(serial)} and IQN "
-                             f"{iqn}: use this only when the source is gone for good; ESXi "
-                             "mounts the VMFS volume as before (no resignature).")
-            else:
-                iqn, serial = self.datastores.target_iqn(new_name), str(uuid.uuid4())
-                notes.append(f"The LUN has a new NAA id ({naa_wwn(serial)}): ESXi sees the "
-                             "VMFS volume on it as a snapshot. Mount it with `esxcli storage "
-                             "vmfs snapshot resignature -l LABEL` (a new datastore UUID; "
-                             "re-register the VMs), or `esxcli storage vmfs snapshot mount -l "
-                             "LABEL` to keep the signature when the source is gone for good. "
-                             "libvirt/KVM: the guest file systems are as they were.")
-            rec = DatastoreRecord(spec=spec, state="creating", export_id=export_id, iqn=iqn,
-                                  serial=serial, created=time.time())
+            mountpoint = (None if transport.storage.is_volume
+                          else self._promote_path(inc, req, new_name, notes))
+            identity, said = transport.promote_identity(adopted, req.identity == "keep",
+                                                        records, new_name)
+            notes += said
+            rec = DatastoreRecord(spec=spec, state="creating", export_id=identity.export_id,
+                                  iqn=identity.iqn, serial=identity.serial,
+                                  created=time.time())
             if inc.resume_pending:
                 self.zsend.abort_partial(Endpoint(None), inc.dataset)
                 notes.append("An interrupted receive was dropped: the datastore holds the "
@@ -913,28 +886,23 @@ class ReplicationService:
             rec = rec.with_state("ready")
             self.ctx.store.put_datastore(rec)
             report = self.reconciler.datastores([rec])
-            failures = report.failures_for(rec.export_id, rec.iqn, "zfs")
+            failures = report.failures_for(*transport.subjects(rec), "zfs")
             if failures:
                 raise Unavailable("the replica became a datastore but could not be served: "
                                   + "; ".join(failures) + " (retried at every reconcile)")
-        if spec.is_nfs:
-            notes.append("NFS: mount the export on the hypervisors under the same datastore "
-                         "name (esxcli storage nfs add, or the libvirt pool XML below); ESXi "
-                         "then re-registers the VMs from the datastore browser.")
+        notes += transport.promote_notes
         notes.append(f"Replication {name} into {inc.dataset} is over: the source's next run "
                      "finds no replica there. Reverse replication (failback) is not built "
                      "yet: replicate the promoted datastore back with a new replication.")
         return PromoteResult(self.datastores.view_of(rec), notes)
 
-    def _promote_path(self, is_nfs: bool, inc: IncomingView, req: PromoteRequest,
-                      new_name: str, notes: builtins.list[str]) -> str | None:
-        """The NFS mountpoint (and export path): the source's, so ESXi remounts the same
-        share path, when it is a datastore path of this pool (directly below the
-        mountpoint of ``POOL/datastores``) that no datastore here uses; otherwise, or
-        with ``nfs_path`` local, the path a datastore made here gets. Always explicit: a
-        mountpoint the stream carried must not stay. None for a LUN."""
-        if not is_nfs:
-            return None
+    def _promote_path(self, inc: IncomingView, req: PromoteRequest, new_name: str,
+                      notes: builtins.list[str]) -> str:
+        """Where a file system replica is mounted (and so exported): the source's path,
+        so ESXi remounts the same share path, when it is a datastore path of this pool
+        (directly below the mountpoint of ``POOL/datastores``) that no datastore here
+        uses; otherwise, or with ``nfs_path`` local, the path a datastore made here gets.
+        Always explicit: a mountpoint the stream carried must not stay."""
         view = self.reconciler.read_zfs()
         parent = view.datasets.get(f"{inc.pool}/{DATASTORE_PARENT}")
         tree = _absolute(parent.prop("mountpoint") if parent else "") or \
@@ -969,27 +937,19 @@ class ReplicationService:
     def _promote_dataset(self, inc: IncomingView, new_dataset: str, rec: DatastoreRecord,
                          mountpoint: str | None) -> None:
         zfs, spec = self.ctx.zfs, rec.spec
+        storage = self.ctx.transports.of(spec.protocol).storage
         props = self.datastores.zfs_properties(rec)
         for fixed in ("volblocksize", "refreservation"):
             props.pop(fixed, None)
         # space first: a thick datastore that does not fit changes nothing
         if not spec.thin:
-            zfs.set_properties(inc.dataset, {"refreservation": str(spec.size)
-                                             if spec.is_nfs else "auto"})
+            zfs.set_properties(inc.dataset, {"refreservation": storage.thick_reservation(spec)})
         self.zsend.rename(inc.dataset, new_dataset)
         try:
             props.update({"readonly": "off", "zds:replication": ""})
-            if spec.is_nfs:
-                # what the stream may have set is replaced: where it mounts, and any
-                # sharing of ZFS's own (ZDS serves the export, to the request's clients)
-                props.update({"canmount": "on", "sharenfs": "off", "sharesmb": "off"})
-                if mountpoint:
-                    props["mountpoint"] = mountpoint
+            props.update(storage.promoted_properties(mountpoint))
             zfs.set_properties(new_dataset, props)
-            if spec.is_nfs:
-                self.zsend.mount(new_dataset)
-            else:
-                zfs.wait_for_device(new_dataset)
+            storage.after_promote(zfs, self.zsend, new_dataset)
         except ZdsError:
             try:  # back to a replica, as it was
                 zfs.set_properties(new_dataset, {"readonly": "on",

@@ -148,18 +148,11 @@ class SnapshotService:
             if newer and not destroy_newer:
                 raise Conflict(f"snapshots newer than {name} exist ({', '.join(newer)}); "
                                "pass destroy_newer=true to remove them")
-            if not rec.spec.is_nfs:
-                current = self.ctx.zfs.get_dataset(rec.spec.dataset)
-                then = self.ctx.zfs.list_snapshots(rec.spec.dataset)
-                old_size = next((s.prop("volsize") for s in then
-                                 if s.name == snap.full_name), "")
-                if current is not None and old_size and old_size != current.prop("volsize"):
-                    raise Conflict(
-                        f"the LUN was resized after snapshot {name} ({old_size} -> "
-                        f"{current.prop('volsize')} bytes); a rollback would shrink it "
-                        "under its initiators: clone the snapshot instead")
+            transport = self.datastores.transport(rec)
+            transport.storage.check_rollback(self.ctx.zfs, rec.spec.dataset, snap.full_name,
+                                             name)
             withdrawn = self.reconciler.datastores([rec], withdraw=True)
-            failures = withdrawn.failures_for(rec.export_id, rec.iqn, "zfs")
+            failures = withdrawn.failures_for(*transport.subjects(rec), "zfs")
             if failures:
                 self.reconciler.datastores([rec])
                 raise Unavailable("could not withdraw the datastore for the rollback: "

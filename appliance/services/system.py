@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from appliance import __version__
 from appliance.context import Context
 from appliance.errors import ZdsError
-from appliance.host.nfs_units import MAIN_UNIT
 from appliance.reconciler import DriftItem, FillAlert, PoolProblem, Reconciler
 
 
@@ -62,12 +61,6 @@ class SystemService:
             items = [DriftItem("unknown", "live state", exc.message)]
         return Drift(in_sync=not items, items=items)
 
-    def _nfs_detail(self, ok: bool) -> str:
-        if self.ctx.settings.nfs_server == "knfsd":
-            return ("knfsd (the kernel NFS server) running" if ok
-                    else f"knfsd not running (systemctl start {MAIN_UNIT['knfsd']})")
-        return "answering on DBus" if ok else "nfs-ganesha not answering on DBus"
-
     def health(self) -> Health:
         """From the watcher's last check: costs no host call, whatever the number of
         datastores. ``age`` says how old the answer is; an answer older than a few check
@@ -75,14 +68,10 @@ class SystemService:
         st = self.reconciler.status
         now = time.time()
         age = now - st.checked_at if st.checked_at else 0.0
-        comps = {
-            "zfs": ComponentHealth(st.zfs_ok, st.zfs_detail),
-            "lio": ComponentHealth(st.lio_ok, "configfs target ready" if st.lio_ok
-                                   else "LIO target (configfs) not available"),
-            # the key stays "ganesha" for clients of earlier releases; it is whichever NFS
-            # server the appliance runs ([nfs] server)
-            "ganesha": ComponentHealth(st.ganesha_ok, self._nfs_detail(st.ganesha_ok)),
-        }
+        comps = {"zfs": ComponentHealth(st.zfs_ok, st.zfs_detail)}
+        for t in self.ctx.transports:  # each protocol's daemon: lio, ganesha...
+            ok = st.daemons.get(t.name, False)
+            comps[t.component] = ComponentHealth(ok, t.health_detail(ok))
         for name, check in self.checks.items():
             comps[name] = check()
         known = st.drift_at > 0 and st.drift_error is None

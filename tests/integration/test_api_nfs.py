@@ -108,7 +108,7 @@ def test_nfs_datastores_through_the_api(api: tuple[TestClient, Engine],
     assert job["state"] == "succeeded", job
     assert h.try_nfs_ls(path_a).returncode != 0
     assert h.nfs_read(path_b, "small.txt") == b"hello from b\n"
-    assert [e.path for e in engine.ctx.ganesha.list_exports()] == [path_b]
+    assert [e.path for e in engine.ctx.hosts.ganesha.list_exports()] == [path_b]
     assert h.ganesha_pid == pid and h.procs["ganesha"].poll() is None  # never restarted
 
 

@@ -1,5 +1,7 @@
 """The shape of the code: no import cycles in appliance/ and api/, the engine never imports
-FastAPI or the API, only appliance/host/ starts processes or talks to rtslib.
+FastAPI or the API, only appliance/host/ starts processes or talks to rtslib, and a
+protocol is known only to its transport (appliance/transports/): no protocol name outside
+its module, no ``is_nfs``, transports below the services and above the adapters.
 
 Imports are read from the source (every ``import``/``from ... import`` anywhere in a
 module, including inside functions and under ``TYPE_CHECKING``, plus
@@ -213,3 +215,121 @@ def f(s):
     re.fullmatch(r"[a-z]+$", s)
 '''
     assert dollar_matches(src) == [7, 8, 9]
+
+
+# --- transports: a protocol is known to its own module and nowhere else ---------------
+
+# Protocol names not registered yet that must not appear anywhere before their transport
+# does (issue 23 part 2).
+FUTURE_PROTOCOLS = ("nvme-tcp",)
+
+# Where a protocol's name may appear outside its transport, and why. Each is a name in
+# another role (a file's section, a recorded field, the kernel's own name, the REST
+# body's section shown in an example), never a protocol compared or dispatched on.
+PROTOCOL_NAME_ALLOWED: dict[tuple[str, str], str] = {
+    ("appliance/settings.py", "iscsi"):
+        "the [iscsi] section of zds.toml (iqn_prefix, portal): installed files use it",
+    ("appliance/model.py", "iscsi"):
+        "spec_from_dict reads the recorded spec's `iscsi` field (SQLite rows of every "
+        "release)",
+    ("api/schemas.py", "nfs3"): "an OpenAPI example request body",
+    ("api/schemas.py", "iscsi"): "an OpenAPI example request body (and its section)",
+    ("api/schemas_replication.py", "iscsi"): "the `iscsi` section of an OpenAPI example",
+    ("api/cli/datastores.py", "iscsi"):
+        "the REST body's and answer's `iscsi` section (the CLI is a REST client)",
+    ("api/cli/replication.py", "iscsi"): "the promote body's `iscsi` section",
+}
+
+
+def protocol_owners() -> dict[str, str]:
+    """Protocol name -> the one module (path from the root) that may name it."""
+    import inspect
+
+    from appliance.transports.registry import TRANSPORT_TYPES
+
+    owners = {p: str(Path(inspect.getfile(t)).relative_to(ROOT))
+              for t in TRANSPORT_TYPES for p in t.protocols}
+    owners.update((p, "") for p in FUTURE_PROTOCOLS)  # owned by no module yet
+    return owners
+
+
+def protocol_names_in(source: str, path: str) -> Iterator[tuple[int, str]]:
+    """(line, name) of every string literal that is a protocol name."""
+    names = set(protocol_owners())
+    for node in ast.walk(ast.parse(source, path)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in names:
+            yield node.lineno, node.value
+
+
+def test_protocol_names_stay_in_their_transport_module() -> None:
+    """Outside appliance/transports/<its module>.py (and the registry) nothing compares,
+    lists or dispatches on a protocol's name: the code asks the datastore's transport.
+    appliance/host/ is below the question (test_the_host_layer_never_sees_a_datastore):
+    it speaks the kernel's names (configfs's `iscsi` fabric)."""
+    owners = protocol_owners()
+    found, used = [], set()
+    for pkg in PACKAGES:
+        for file in sorted((ROOT / pkg).rglob("*.py")):
+            path = str(file.relative_to(ROOT))
+            if path.startswith("appliance/host/") or \
+                    path == "appliance/transports/registry.py":
+                continue
+            for line, name in protocol_names_in(file.read_text(), path):
+                if owners[name] == path:
+                    continue
+                if (path, name) in PROTOCOL_NAME_ALLOWED:
+                    used.add((path, name))
+                    continue
+                found.append(f"{path}:{line}: {name!r}")
+    assert not found, "protocol names outside their transport: " + ", ".join(found)
+    assert used == set(PROTOCOL_NAME_ALLOWED), \
+        f"allow-list entries no longer needed: {set(PROTOCOL_NAME_ALLOWED) - used}"
+
+
+def test_the_protocol_name_check_sees_comparisons_and_lists() -> None:
+    code = ('if spec.protocol == "nfs3":\n    pass\n'
+            'x = rec.spec.protocol in ("nfs41", "nvme-tcp")\n'
+            'HANDLERS = {"iscsi": print}\n')
+    assert sorted(protocol_names_in(code, "x.py")) == [
+        (1, "nfs3"), (3, "nfs41"), (3, "nvme-tcp"), (4, "iscsi")]
+    assert protocol_owners()["nfs3"] == "appliance/transports/nfs.py"
+
+
+def test_no_is_nfs_anywhere() -> None:
+    """The protocol is not a boolean: nothing defines or asks ``is_nfs``."""
+    for top in (*PACKAGES, "tests", "bench", "images"):
+        for file in sorted((ROOT / top).rglob("*.py")):
+            text = file.read_text()
+            if "is_nfs" not in text:  # parsing every file would take seconds
+                continue
+            for node in ast.walk(ast.parse(text, str(file))):
+                name = (node.attr if isinstance(node, ast.Attribute) else
+                        node.id if isinstance(node, ast.Name) else
+                        node.name if isinstance(node, ast.FunctionDef) else
+                        node.arg if isinstance(node, ast.arg) else None)
+                where = f"{file.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}"
+                assert name != "is_nfs", where
+
+
+def test_the_host_layer_never_sees_a_datastore() -> None:
+    """Adapters drive daemons; what a datastore is (its record, its protocol) is above
+    them, so they cannot ask which protocol it has."""
+    for mod, path in modules().items():
+        if mod.startswith("appliance.host"):
+            for name in imported_names(path, mod):
+                assert not name.startswith(("appliance.model", "appliance.transports")), \
+                    f"{mod} imports {name}"
+
+
+def test_transports_sit_below_the_services() -> None:
+    """A transport calls adapters and knows the model; the reconciler, services, probes,
+    metrics and the API call it, never the other way round."""
+    above = ("appliance.context", "appliance.engine", "appliance.reconciler",
+             "appliance.services", "appliance.probes", "appliance.metrics.collector",
+             "appliance.metrics.service", "appliance.policies", "appliance.replication",
+             "api")
+    for mod, path in modules().items():
+        if mod.startswith("appliance.transports"):
+            for name in imported_names(path, mod):
+                assert not name.startswith(above), f"{mod} imports {name}"

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from appliance.attach import LIBVIRT_FS_NS, PLACEHOLDER_IQN
+from appliance.transports.iscsi import PLACEHOLDER_IQN
+from appliance.transports.nfs import LIBVIRT_FS_NS
 
 KVM = "iqn.1993-08.org.debian:01:kvm01"
 KVM2 = "iqn.1993-08.org.debian:01:kvm02"

@@ -10,6 +10,7 @@ from fastapi.testclient import TestClient
 from appliance.adoption import adopt
 from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.services.datastores import ChapRequest, DatastoreRequest
+from appliance.transports.iscsi import IscsiTransport
 from tests.unit.conftest import Rig, make_rig
 from tests.unit.test_api_datastores import ESX, iscsi_body, nfs_body
 
@@ -55,7 +56,9 @@ def test_failure_of_one_lun_does_not_block_a_similar_name(rig: Rig) -> None:
     report = rig.engine.reconciler.full()
     iqn10 = rig.engine.datastores.record("lun10").iqn
     report.fail(str(iqn10), "apply_target lun10: broken")
-    iqn1 = rig.engine.datastores.target_iqn("lun1")
+    iscsi = rig.engine.ctx.transports.of("iscsi")
+    assert isinstance(iscsi, IscsiTransport)
+    iqn1 = iscsi.target_iqn("lun1")
     assert report.failures_for(iqn1) == [] and report.failures_for(iqn10)
 
 

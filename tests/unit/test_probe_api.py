@@ -13,8 +13,8 @@ from appliance.host.factory import ProbeHosts
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.zfs import GiB
 from appliance.host.fio import FakeFio
-from appliance.probes.attach import PROBE_EXPORT_IDS
 from appliance.probes.service import ProbeService, build
+from appliance.transports.nfs import PROBE_EXPORT_IDS
 from tests.unit.conftest import Rig, make_rig
 
 FIX = Path(__file__).parent / "fixtures"

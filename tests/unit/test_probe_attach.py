@@ -1,4 +1,5 @@
-"""Self-attach for nfs/iscsi probes: the exact commands, and undo on half-way failure."""
+"""Self-attach for nfs/iscsi probes (each transport's probe attachment): the exact
+commands, and undo on half-way failure."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from appliance.host.fakes.lio import FakeLio
 from appliance.host.iscsi_initiator import IscsiInitiator, by_path, parse_initiator_name
 from appliance.host.nfsclient import NfsClient
 from appliance.host.run import RecordingRunner
-from appliance.probes.attach import PROBE_EXPORT_IDS, DatastoreRef, NfsSelfAttach
-from appliance.probes.safety import Scratch
+from appliance.transports.iscsi import IscsiProbeAttach
+from appliance.transports.nfs import PROBE_EXPORT_IDS, NfsProbeAttach
 
 IQN = "iqn.2026-11.io.zds.probe:ab12"
 
@@ -79,11 +80,9 @@ class FailingMounter:
 
 def test_nfs_attach_removes_its_export_when_the_mount_fails(tmp_path: Path) -> None:
     ganesha = FakeGanesha()
-    att = NfsSelfAttach(ganesha, FailingMounter(), mount_root=str(tmp_path))
-    ref = DatastoreRef("ds1", "tank", "tank/datastores/ds1", False, "nfs3")
-    scratch = Scratch("tank/zds-probes/ds1-ab", False, "/tank/zds-probes/ds1-ab", 1 << 20)
+    att = NfsProbeAttach(ganesha, FailingMounter(), mount_root=str(tmp_path))
     with pytest.raises(Unavailable):
-        att.attach(ref, scratch, "ab")
+        att.attach("nfs3", "ds1", "/tank/zds-probes/ds1-ab", "tank/zds-probes/ds1-ab", "ab")
     assert ganesha.list_exports() == []
     assert [c[0] for c in ganesha.calls if c[0] in ("AddExport", "RemoveExport")] == [
         "AddExport", "RemoveExport"]
@@ -91,8 +90,6 @@ def test_nfs_attach_removes_its_export_when_the_mount_fails(tmp_path: Path) -> N
 
 
 def test_iscsi_attach_removes_its_target_when_login_fails() -> None:
-    from appliance.probes.attach import IscsiSelfAttach
-
     lio = FakeLio(device_exists=lambda p: True)
 
     class NoLogin:
@@ -105,12 +102,10 @@ def test_iscsi_attach_removes_its_target_when_login_fails() -> None:
         def logout(self, iqn: str, host: str, port: int) -> None:
             raise AssertionError("never logged in")
 
-    att = IscsiSelfAttach(lio, NoLogin(), "iqn.2026-11.io.zds")
-    ref = DatastoreRef("lun1", "tank", "tank/datastores/lun1", True, "iscsi")
-    scratch = Scratch("tank/zds-probes/lun1-ab", True, "/dev/zvol/tank/zds-probes/lun1-ab",
-                      1 << 20)
+    att = IscsiProbeAttach(lio, NoLogin(), "iqn.2026-11.io.zds")
     with pytest.raises(Unavailable):
-        att.attach(ref, scratch, "ab")
+        att.attach("iscsi", "lun1", "/dev/zvol/tank/zds-probes/lun1-ab",
+                   "tank/zds-probes/lun1-ab", "ab")
     assert lio.list_targets() == [] and lio.list_backstores() == []
 
 
@@ -129,14 +124,13 @@ def test_initiator_name_is_generated_before_iscsids_first_start(tmp_path: Path) 
 def test_leftover_probe_exports_and_targets_are_removed() -> None:
     from appliance.host.ganesha_config import ClientRule, ExportSpec
     from appliance.host.lio import AclSpec, LunSpec, TargetSpec
-    from appliance.probes.attach import IscsiSelfAttach
 
     ganesha = FakeGanesha()
     for eid, path in ((65500, "/tank/zds-probes/ds1-dead"), (65501, "/tank/zds-probes/ds2-live"),
                       (150, "/tank/datastores/ds1")):
         ganesha.add_export(ExportSpec(eid, path, path, (3,),
                                       (ClientRule(("127.0.0.1",), "RW"),)))
-    nfs = NfsSelfAttach(ganesha, FailingMounter())
+    nfs = NfsProbeAttach(ganesha, FailingMounter())
     assert nfs.clean_leftovers({"live"}) == ["export 65500 (/tank/zds-probes/ds1-dead)"]
     assert sorted(e.export_id for e in ganesha.list_exports()) == [150, 65501]
 
@@ -147,7 +141,7 @@ def test_leftover_probe_exports_and_targets_are_removed() -> None:
         lio.apply_target(TargetSpec(iqn, (LunSpec(bs, f"/dev/zvol/tank/{bs}", "s" + bs[-4:]),),
                                     (AclSpec(ini),)))
     runner = RecordingRunner()
-    att = IscsiSelfAttach(lio, IscsiInitiator(runner, "/nonexistent"), "iqn.2026-11.io.zds")
+    att = IscsiProbeAttach(lio, IscsiInitiator(runner, "/nonexistent"), "iqn.2026-11.io.zds")
     assert att.clean_leftovers(set()) == ["target iqn.2026-11.io.zds.probe:dead"]
     assert [t.spec.iqn for t in lio.list_targets()] == ["iqn.2026-11.io.zds:zds-test.lun1"]
     assert runner.calls[0][-1] == "--logout"

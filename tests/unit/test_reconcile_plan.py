@@ -1,8 +1,10 @@
-"""Reconcile planning on plain data: desired vs live -> actions."""
+"""Reconcile planning on plain data: desired vs live -> actions (each transport plans its
+own objects: exports for NFS, targets and backstores for iSCSI)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from appliance import reconcile as rc
 from appliance.host.ganesha import LiveExport
@@ -16,6 +18,8 @@ from appliance.model import (
     NfsClient,
     naa_wwn,
 )
+from appliance.transports.iscsi import plan_targets, target_matches, target_spec
+from appliance.transports.nfs import export_spec, plan_exports
 
 PREFIX = "iqn.2026-11.io.zds"
 
@@ -39,10 +43,10 @@ def render(spec: ExportSpec) -> str:
 def plan(exports: Sequence[ExportSpec] = (), live_exports: Sequence[LiveExport] = (),
          rendered: dict[int, str] | None = None, targets: Sequence[TargetSpec] = (),
          live_targets: Sequence[LiveTarget] = (), backstores: Sequence[str] = ()
-         ) -> list[rc.Action]:
+         ) -> list[rc.Action[Any]]:
     files = rendered or {}
-    return rc.plan(list(exports), list(live_exports), files.get, render, list(targets),
-                   list(live_targets), backstores, PREFIX)
+    return [*plan_exports(list(exports), list(live_exports), files.get, render),
+            *plan_targets(list(targets), list(live_targets), backstores, PREFIX)]
 
 
 def test_in_sync_plans_nothing() -> None:
@@ -62,7 +66,7 @@ def test_changed_export_is_updated_not_readded() -> None:
     old, new = export(100), ExportSpec(100, "/tank/datastores/a", "/tank/datastores/a", (3,),
                                        (ClientRule(("192.0.2.9",), "RO"),))
     actions = plan([new], [LiveExport(100, old.path)], {100: render(old)})
-    assert [(a.kind, a.export) for a in actions] == [("update_export", new)]
+    assert [(a.kind, a.payload) for a in actions] == [("update_export", new)]
 
 
 def test_only_our_objects_are_removed() -> None:
@@ -89,8 +93,8 @@ def test_target_acl_or_attribute_drift_is_reapplied() -> None:
     off = LunSpec(lun.backstore, lun.device, lun.serial,
                   attributes={**lun.attributes, "emulate_tpu": 0})
     have2 = TargetSpec(want.iqn, (off,), want.acls)
-    assert rc.target_matches(want, TargetSpec(want.iqn, want.luns, tuple(reversed(want.acls))))
-    assert not rc.target_matches(want, have2)
+    assert target_matches(want, TargetSpec(want.iqn, want.luns, tuple(reversed(want.acls))))
+    assert not target_matches(want, have2)
 
 
 def test_specs_from_records_include_groups_and_protocols() -> None:
@@ -99,14 +103,14 @@ def test_specs_from_records_include_groups_and_protocols() -> None:
     rec = DatastoreRecord(spec, "ready", iqn=f"{PREFIX}:box.a", serial="1234")
     groups = {"esx": InitiatorGroup("esx", ("iqn.2026-11.org.example:h2",
                                             "iqn.2026-11.org.example:h1"))}
-    t = rc.target_spec(rec, "/dev/zvol/tank/datastores/a", groups, ("0.0.0.0", 3260))
+    t = target_spec(rec, "/dev/zvol/tank/datastores/a", groups, ("0.0.0.0", 3260))
     assert [a.initiator for a in t.acls] == ["iqn.2026-11.org.example:h1",
                                              "iqn.2026-11.org.example:h2"]
     assert t.luns[0].attributes["emulate_tpu"] == 1 and t.luns[0].serial == "1234"
     nfs = DatastoreRecord(DatastoreSpec("b", "tank", "nfs41", 1 << 30, nfs_clients=(
         NfsClient("192.0.2.0/24", "rw"), NfsClient("198.51.100.7", "ro"))), "ready",
         export_id=104)
-    e = rc.export_spec(nfs, "/tank/datastores/b")
+    e = export_spec(nfs, "/tank/datastores/b")
     assert e.protocols == (4,) and e.pseudo == e.path
     assert [(r.clients, r.access) for r in e.clients] == [(("192.0.2.0/24",), "RW"),
                                                           (("198.51.100.7",), "RO")]

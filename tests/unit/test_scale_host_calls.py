@@ -30,12 +30,18 @@ from appliance.model import (
     IscsiAccess,
     NfsClient,
 )
-from appliance.reconcile import backstore_name, export_spec
 from appliance.settings import Settings
+from appliance.transports.iscsi import backstore_name
+from appliance.transports.nfs import export_spec
 
 POOL = "tank"
 ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
 PROTOCOL_NAMES = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42", "9P")
+
+
+def is_lun(rec: DatastoreRecord) -> bool:
+    """Half the simulated datastores are iSCSI LUNs (the other half NFS exports)."""
+    return rec.iqn is not None
 
 
 class SimulatedHost:
@@ -79,13 +85,13 @@ class SimulatedHost:
 
     def _values(self, rec: DatastoreRecord) -> dict[str, str]:
         ds = rec.spec.dataset
-        values = {"type": "filesystem" if rec.spec.is_nfs else "volume", "used": "98304",
+        values = {"type": "volume" if is_lun(rec) else "filesystem", "used": "98304",
                   "available": "67010560", "referenced": "98304", "compressratio": "1.00",
                   "mounted": "yes", "mountpoint": f"/{ds}", "creation": "1795316290",
                   "compression": "lz4", "sync": "standard", "zds:managed": "true",
                   "zds:name": rec.name, "zds:protocol": rec.spec.protocol,
                   "snapshot_limit": "none", "snapshot_count": self.snapshots(rec)}
-        if not rec.spec.is_nfs:
+        if is_lun(rec):
             del values["mounted"], values["mountpoint"]
             values["volsize"] = str(rec.spec.size)
         return values
@@ -165,7 +171,7 @@ class SimulatedHost:
         core = self.configfs / "core"
         core.mkdir(parents=True)
         (self.configfs / "iscsi").mkdir()
-        for i, rec in enumerate(r for r in self.records if not r.spec.is_nfs):
+        for i, rec in enumerate(r for r in self.records if is_lun(r)):
             assert rec.iqn and rec.serial
             so = core / f"iblock_{i}" / backstore_name(rec.name)
             (so / "wwn").mkdir(parents=True)
@@ -350,7 +356,7 @@ def test_the_list_reads_a_few_configfs_entries_per_target(
     monkeypatch.setattr(lio_module, "_read", read)
     monkeypatch.setattr(lio_module, "_listdir", listdir)
     engine, sim, _reader = engine_for(200)
-    targets = sum(1 for r in sim.records if not r.spec.is_nfs)
+    targets = sum(1 for r in sim.records if is_lun(r))
     ops.clear()
     assert all(v.serving for v in engine.datastores.list())
     listed = sum(ops.values())

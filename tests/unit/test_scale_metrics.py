@@ -24,7 +24,7 @@ from appliance.host.local import FakeLocalHost
 from appliance.host.run import CommandResult
 from appliance.host.zfs import Zfs
 from appliance.settings import Settings
-from tests.unit.test_scale_host_calls import SimulatedHost
+from tests.unit.test_scale_host_calls import SimulatedHost, is_lun
 
 POOL_IOSTAT = ("tank\t552960\t8052510720\t0\t11\t26584\t108863\t11033178\t8243411\t10293007\t"
                "5275154\t951235\t20315\t-\t3286997\t-\t19456\t-\n")
@@ -84,7 +84,7 @@ def make(tmp: Path, n: int) -> tuple[Engine, SimulatedHost, CountingStats]:
     proc, dev = tmp / "proc", tmp / "dev"
     proc.mkdir()
     lines = []
-    for i, rec in enumerate(r for r in sim.records if not r.spec.is_nfs):
+    for i, rec in enumerate(r for r in sim.records if is_lun(r)):
         zd = f"zd{i * 16}"
         lines.append(f" 230 {i * 16} {zd} {i} 0 8 1 2 0 16 1 0 1 1 0 0 0 0 0 0")
         link = dev / "zvol" / rec.spec.dataset
