@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -49,9 +50,17 @@ class SystemService:
         self.reconciler = reconciler
         # more components health reports (snapshot policies, replication...)
         self.checks: dict[str, HealthCheck] = dict(checks or {})
+        self._versions: dict[str, str] | None = None
+        self._versions_lock = threading.Lock()
 
     def version(self) -> dict[str, str]:
-        return {"zds": __version__, **self.ctx.local.versions()}
+        """ZDS's and the storage stack's versions. Asking the tools costs three commands
+        (seconds under emulation), and the answer cannot change while the API runs (a new
+        version comes with a restart): asked once, then answered from memory."""
+        with self._versions_lock:
+            if self._versions is None:
+                self._versions = {"zds": __version__, **self.ctx.local.versions()}
+            return dict(self._versions)
 
     def drift(self) -> Drift:
         """Computed now, from one batched read of ZFS, ganesha and LIO."""

@@ -260,6 +260,26 @@ def test_health_and_drift_repair(client: TestClient, rig: Rig) -> None:
     assert client.get(f"{API}/system/version").json()["zds"]
 
 
+def test_version_asks_the_tools_once(tmp_path: Path) -> None:
+    """Issue 24: GET /system/version took 2.4-4.1 s a call on a fresh appliance (three
+    commands each time); the versions cannot change while the API runs."""
+    rig = make_rig(tmp_path)
+    asked: list[int] = []
+    real = rig.engine.ctx.local.versions
+
+    def counted() -> dict[str, str]:
+        asked.append(1)
+        return real()
+
+    rig.engine.ctx.local.versions = counted  # type: ignore[method-assign]
+    client = TestClient(create_app(rig.engine, start=False))
+    headers = {"Authorization": f"Bearer {rig.engine.tokens.create('t', 'readonly')}"}
+    first = client.get(f"{API}/system/version", headers=headers).json()
+    for _ in range(3):
+        assert client.get(f"{API}/system/version", headers=headers).json() == first
+    assert first["zds"] and len(asked) == 1
+
+
 def test_startup_finishes_interrupted_work_and_adopts(tmp_path: Path) -> None:
     rig = make_rig(tmp_path)
     rig.engine.start()
