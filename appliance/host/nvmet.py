@@ -206,6 +206,9 @@ class NvmetHost(Protocol):
         changed address unlinks and relinks its subsystems (the kernel refuses changes to
         an enabled port). Idempotent."""
 
+    def remove_port(self, port_id: int) -> None:
+        """Unlinks its subsystems and removes the port. Missing: no error."""
+
     def apply_subsystem(self, spec: SubsystemSpec, ports: Sequence[int]) -> None:
         """Makes the subsystem match ``spec`` exactly and links it to ``ports`` (which
         must exist); namespaces and host links not in ``spec`` are removed."""
@@ -567,6 +570,16 @@ class Nvmet:
                 for nqn in linked:
                     self._link(os.path.join(self.root, "subsystems", nqn),
                                os.path.join(base, "subsystems", nqn))
+
+    def remove_port(self, port_id: int) -> None:
+        self._require()
+        base = os.path.join(self.root, "ports", str(port_id))
+        if not os.path.isdir(base):
+            return
+        with self._errors(f"remove port {port_id}"):
+            for nqn in _listdir(os.path.join(base, "subsystems")):
+                os.unlink(os.path.join(base, "subsystems", nqn))
+            os.rmdir(base)
 
     def apply_subsystem(self, spec: SubsystemSpec, ports: Sequence[int]) -> None:
         self._check(spec)

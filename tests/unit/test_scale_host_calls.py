@@ -229,7 +229,7 @@ class SimulatedHost:
         for rec in self.records:
             if rec.nqn is None or rec.serial is None:
                 continue
-            ns_uuid, nguid, serial = namespace_identity(rec.serial)
+            ns_uuid, _nguid, serial = namespace_identity(rec.serial)
             sub = self.nvmet / "subsystems" / rec.nqn
             (sub / "allowed_hosts").mkdir(parents=True)
             os.symlink(f"../../../hosts/{KVM_NQN}", sub / "allowed_hosts" / KVM_NQN)

@@ -140,6 +140,14 @@ class FakeNvmet:
             self.ana_state[spec.port_id] = "optimized"
             self._changed()
 
+    def remove_port(self, port_id: int) -> None:
+        self._up()
+        if self.ports.pop(port_id, None) is not None:
+            for nqn in self.port_links.pop(port_id, set()):
+                self.subsystems[nqn].connected.clear()
+            self.ana_state.pop(port_id, None)
+            self._changed()
+
     def apply_subsystems(self, specs: Sequence[SubsystemSpec], ports: Sequence[int]
                          ) -> dict[str, ZdsError]:
         self._up()
