@@ -48,7 +48,8 @@ Layout (kernel drivers/nvme/target/configfs.c, 6.1)::
 
 Who is connected: the 6.1 target lists no controllers (nvmet's debugfs came in 6.9), so
 :meth:`NvmetHost.connections` reads the kernel's own connect messages from the log
-(``nvmet: creating nvm controller 2 for subsystem <nqn> for NQN <hostnqn>.``) and the
+(``nvmet: creating nvm controller 2 for subsystem <nqn> for NQN <hostnqn>.``, from
+``journalctl -k -b``) and the
 established TCP connections to the port (``/proc/net/tcp``, ``tcp6``): a subsystem's
 hosts are the ones the log says connected to it, while any connection to the port is
 open. That errs towards "connected" (a host that left one subsystem while another host
@@ -396,10 +397,12 @@ _CONNECT = re.compile(r"nvmet: creating nvm controller \d+ for subsystem (\S+) f
 
 
 def parse_connects(log: str) -> dict[str, tuple[str, ...]]:
-    """Subsystem NQN -> host NQNs from kernel log lines, e.g. (``/dev/kmsg``)::
+    """Subsystem NQN -> host NQNs from kernel log lines (``journalctl -k -o cat``)::
 
-        6,1502,83211430,-;nvmet: creating nvm controller 1 for subsystem
-        nqn.2026-11.io.zds:zds.ds1 for NQN nqn.2014-08.org.nvmexpress:uuid:5b1e....
+        nvmet: creating nvm controller 1 for subsystem nqn.2026-11.io.zds:zds.ds1 for NQN
+        nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14.
+
+    (one line each).
     """
     out: dict[str, set[str]] = {}
     for line in log.splitlines():
@@ -444,13 +447,12 @@ class Nvmet:
 
     def __init__(self, runner: Runner, root: str = CONFIGFS_NVMET,
                  device_check: Callable[[str], bool] = _device_exists,
-                 kmsg: str = "/dev/kmsg", proc_net: str = "/proc/net",
+                 proc_net: str = "/proc/net",
                  attr_wait: float = 5.0) -> None:
         self.runner = runner
         self.reader = NvmetReader(root)
         self.root = root
         self._device_check = device_check
-        self._kmsg = kmsg
         self._proc_net = proc_net
         self._attr_wait = attr_wait
 
@@ -493,31 +495,14 @@ class Nvmet:
                 continue
         if not peers:
             return Connections()  # nobody: the kernel log need not be read
-        return Connections(parse_connects(self._read_kmsg()), tuple(sorted(set(peers))))
+        return Connections(parse_connects(self._kernel_log()), tuple(sorted(set(peers))))
 
-    def _read_kmsg(self) -> str:
-        """Every record in the kernel's ring buffer, without blocking."""
-        chunks: list[str] = []
-        try:
-            fd = os.open(self._kmsg, os.O_RDONLY | os.O_NONBLOCK)
-        except OSError:
-            return ""
-        try:
-            while True:
-                try:
-                    chunk = os.read(fd, 8192)
-                except BlockingIOError:
-                    break
-                except OSError as exc:
-                    if exc.errno == errno.EPIPE:  # a record was overwritten: go on
-                        continue
-                    break
-                if not chunk:
-                    break
-                chunks.append(chunk.decode(errors="replace"))
-        finally:
-            os.close(fd)
-        return "".join(chunks)
+    def _kernel_log(self) -> str:
+        """This boot's kernel messages from the journal (one command; /dev/kmsg would need
+        CAP_SYSLOG, which the API's unit does not keep)."""
+        result = self.runner.run(["journalctl", "-k", "-b", "-o", "cat", "--no-pager"],
+                                 check=False, timeout=60)
+        return result.stdout if result.ok else ""
 
     # ---- writing -----------------------------------------------------------------
     @contextmanager

@@ -330,7 +330,7 @@ def engine_for(tmp_path: Path) -> Iterator[Callable[..., Made]]:
         reader = CountingReader(str(sim.configfs))
         lio.reader = reader
         nvmet = Nvmet(sim.runner, root=str(sim.nvmet), device_check=lambda p: True,
-                      kmsg=str(sim.root / "no-kmsg"), proc_net=str(sim.proc_net))
+                      proc_net=str(sim.proc_net))
         nvmet.reader = CountingNvmetReader(str(sim.nvmet), reader.walks)
         hosts = HostAdapters(
             zfs=Zfs(sim.runner, dev_zfs=str(dev_zfs)), lio=lio,
