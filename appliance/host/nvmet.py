@@ -392,7 +392,9 @@ class NvmetReader:
 
 
 # The kernel's connect message (drivers/nvme/target/core.c, nvmet_alloc_ctrl).
-_CONNECT = re.compile(r"nvmet: creating nvm controller \d+ for subsystem (\S+) for NQN "
+# 6.1 may print "creating controller N" (older) or "creating nvm controller N" (newer,
+# which says "discovery" for the discovery subsystem's).
+_CONNECT = re.compile(r"nvmet: creating (?:nvm )?controller \d+ for subsystem (\S+) for NQN "
                       r"(\S+?)\.?(?: |$)")
 
 
@@ -407,7 +409,7 @@ def parse_connects(log: str) -> dict[str, tuple[str, ...]]:
     out: dict[str, set[str]] = {}
     for line in log.splitlines():
         m = _CONNECT.search(line)
-        if m:
+        if m and m.group(1) != DISCOVERY_NQN:
             out.setdefault(m.group(1), set()).add(m.group(2))
     return {k: tuple(sorted(v)) for k, v in out.items()}
 

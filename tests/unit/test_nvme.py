@@ -161,8 +161,11 @@ def test_connections_parse_the_kernel_log_and_proc_net_tcp() -> None:
     log = ("6,1502,83211430,-;nvmet: creating nvm controller 1 for subsystem "
            f"{PREFIX}:box.ds1 for NQN {KVM1}.\n"
            "6,1503,83211431,-;nvmet: creating discovery controller 2 for subsystem "
-           f"nqn.2014-08.org.nvmexpress.discovery for NQN {KVM2}.\n")
-    assert parse_connects(log) == {f"{PREFIX}:box.ds1": (KVM1,)}
+           f"nqn.2014-08.org.nvmexpress.discovery for NQN {KVM2}.\n"
+           f"nvmet: creating controller 3 for subsystem {PREFIX}:box.ds2 for NQN {KVM2}.\n"
+           "nvmet: creating controller 4 for subsystem nqn.2014-08.org.nvmexpress.discovery "
+           f"for NQN {KVM1}.\n")
+    assert parse_connects(log) == {f"{PREFIX}:box.ds1": (KVM1,), f"{PREFIX}:box.ds2": (KVM2,)}
     table = ("  sl  local_address rem_address   st tx_queue rx_queue\n"
              "   0: 00000000:1144 00000000:0000 0A 00000000:00000000\n"
              "   1: 0100007F:1144 0100007F:D2A6 01 00000000:00000000\n"
