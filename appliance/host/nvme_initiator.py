@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -55,10 +56,12 @@ def find_device(sys_block: str, nqn: str) -> str | None:
 
 class NvmeCli:
     def __init__(self, runner: Runner, hostnqn_file: str = HOSTNQN_FILE,
-                 sys_block: str = "/sys/block") -> None:
+                 sys_block: str = "/sys/block",
+                 exists: Callable[[str], bool] = os.path.exists) -> None:
         self._runner = runner
         self._file = hostnqn_file
         self._sys_block = sys_block
+        self._exists = exists
 
     def host_nqn(self) -> str:
         """The host NQN; made (as nvme-cli's postinst would) when the file is missing."""
@@ -84,7 +87,7 @@ class NvmeCli:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             device = find_device(self._sys_block, nqn)
-            if device is not None and os.path.exists(device):
+            if device is not None and self._exists(device):
                 return device
             time.sleep(0.2)
         self.disconnect(nqn)
