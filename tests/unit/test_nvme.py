@@ -305,3 +305,16 @@ def test_adoption_keeps_the_identity(rig: Rig) -> None:
 def test_unsupported_is_a_422_of_its_own() -> None:
     assert Unsupported.status == 422 and Unsupported.code == "unsupported"
     assert issubclass(Unsupported, InvalidInput)
+
+
+def test_promote_keeps_the_identity_or_makes_a_new_one(tmp_path: Path) -> None:
+    t = transport(tmp_path)
+    source = record("ds1")
+    identity, notes = t.promote_identity(source, True, [], "ds1")
+    assert (identity.nqn, identity.serial) == (source.nqn, source.serial)
+    assert "1f0e6a4c2b7d49e08a113c5d7e9f0b21" in notes[0]
+    with pytest.raises(Conflict, match="in use here by ds1"):
+        t.promote_identity(source, True, [source], "ds1-copy")
+    fresh, notes = t.promote_identity(source, False, [source], "ds1-copy")
+    assert fresh.nqn == f"{PREFIX}:box.ds1-copy" and fresh.serial != source.serial
+    assert "new NGUID" in notes[0]
