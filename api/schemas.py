@@ -150,7 +150,7 @@ class NvmeInfo(BaseModel):
     serial: str = Field(description="the subsystem's serial (attr_serial)")
     uuid: str = Field(description="namespace 1's UUID")
     nguid: str = Field(description="namespace 1's NGUID: Linux shows "
-                                   "/dev/disk/by-id/nvme-eui.<nguid>")
+                                   "ESXi's eui.<nguid>")
     nsid: int = 1
     hosts: list[str]
     initiator_groups: list[str]

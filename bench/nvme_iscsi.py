@@ -93,9 +93,9 @@ class NvmeSide:
     def export(self) -> str:
         out = self._script({"nqn": NQN, "port_id": PORT_ID, "port": PORT, "uuid": BENCH_UUID,
                             "dev": f"/dev/zvol/{self.zvol}", "host": self.host})
-        nguid = json.loads(out.strip().splitlines()[-1])["nguid"]
+        json.loads(out.strip().splitlines()[-1])
         self.g.sh(f"nvme connect -t tcp -a 127.0.0.1 -s {PORT} -n {NQN} -q {self.host}", 120)
-        link = f"/dev/disk/by-id/nvme-eui.{nguid}"
+        link = f"/dev/disk/by-id/nvme-uuid.{BENCH_UUID}"
         self.g.sh(f"for i in $(seq 60); do test -b {link} && break; sleep 0.5; done; "
                   f"udevadm settle; test -b {link}")
         self.device = self.g.sh(f"readlink -f {link}").strip()

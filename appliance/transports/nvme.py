@@ -12,7 +12,8 @@ Identity, allocated once and recorded (SQLite and the zvol's ``zds:nqn``/``zds:s
   the ``nqn.2014-08.org.nvmexpress:uuid:`` form is for hosts without a domain and would
   tell an admin nothing);
 - a UUID (the record's ``serial``): the namespace's ``device_uuid``; its 32 hex digits
-  are the ``device_nguid`` (what Linux names ``nvme-eui.<nguid>`` and ESXi ``eui.<nguid>``)
+  are the ``device_nguid`` (ESXi names a namespace ``eui.<nguid>``; Linux prefers the UUID:
+  ``wwid`` = ``uuid.<uuid>``, ``/dev/disk/by-id/nvme-uuid.<uuid>``)
   and its first 20 the subsystem's ``attr_serial``. All three are written before the
   namespace is enabled, so the kernel's random ones are never seen by a host.
 
@@ -433,8 +434,9 @@ def nvme_instructions(rec: DatastoreRecord, server: str, port: int) -> AttachIns
     assert rec.nqn is not None and rec.serial is not None
     q = shell_quote
     name, nqn = rec.name, rec.nqn
-    nguid = namespace_identity(rec.serial)[1]
-    by_id = f"/dev/disk/by-id/nvme-eui.{nguid}"
+    ns_uuid, nguid, _serial = namespace_identity(rec.serial)
+    # Linux's wwid (and udev's by-id name) is the namespace UUID when there is one
+    by_id = f"/dev/disk/by-id/nvme-uuid.{ns_uuid}"
     linux = [
         "modprobe nvme-tcp",
         "cat /etc/nvme/hostnqn   # this host's NQN: allow it with PUT (nvme.hosts)",
@@ -460,9 +462,9 @@ def nvme_instructions(rec: DatastoreRecord, server: str, port: int) -> AttachIns
         "</pool>\n"
     )
     access = rec.spec.nvme
-    notes = [f"namespace {NSID} of {nqn}, NGUID {nguid} (stable for the life of the "
-             "datastore); the KVM host connects first (linux above), then libvirt uses "
-             f"{by_id} as the pool's disk",
+    notes = [f"namespace {NSID} of {nqn}, UUID {ns_uuid}, NGUID {nguid} (stable for the "
+             "life of the datastore); the KVM host connects first (linux above), then "
+             f"libvirt uses {by_id} as the pool's disk",
              ESXI_STATEMENT]
     if access.allow_any_host:
         notes.append("any host that reaches the port may connect (allow_any_host)")

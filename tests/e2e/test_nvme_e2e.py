@@ -10,6 +10,7 @@ snapshot's data, and the adapter's contract on the real configfs. The tests run 
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,18 +48,27 @@ def identity(appliance: E2EAppliance, nqn: str) -> dict[str, str]:
             "enable": enable}
 
 
-def connect(appliance: E2EAppliance, nqn: str, nguid: str, host: str = HOST) -> str:
-    """nvme connect as ``host``; the namespace's device as udev names it by NGUID."""
+def connect(appliance: E2EAppliance, nqn: str, ns_uuid: str, nguid: str,
+            host: str = HOST) -> str:
+    """nvme connect as ``host``; the namespace's device as udev names it (by its UUID:
+    Linux's wwid), checked to carry the NGUID ZDS gave it."""
+    appliance.exec(f"nvme disconnect -n {nqn}", timeout=120)  # what a failed test left
     appliance.check(f"nvme connect -t tcp -a 127.0.0.1 -s {PORT} -n {nqn} -q {host}",
                     timeout=120)
-    link = f"/dev/disk/by-id/nvme-eui.{nguid}"
+    link = f"/dev/disk/by-id/nvme-uuid.{ns_uuid}"
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         rc, out = appliance.exec(f"udevadm settle; readlink -f {link}", timeout=60)
         if rc == 0 and out.strip().startswith("/dev/nvme"):
-            return out.strip()
+            device = out.strip()
+            name = device.rsplit("/", 1)[-1]
+            shown = appliance.check(f"cat /sys/block/{name}/wwid /sys/block/{name}/nguid")
+            assert shown.split() == [f"uuid.{ns_uuid}", str(uuid.UUID(hex=nguid))], shown
+            return device
         time.sleep(1)
-    raise AssertionError(f"{link} did not appear after connecting to {nqn}")
+    out = appliance.exec("ls -l /dev/disk/by-id/ | grep nvme; "
+                         "grep . /sys/block/nvme*/wwid")[1]
+    raise AssertionError(f"{link} did not appear after connecting to {nqn}: {out}")
 
 
 def disconnect(appliance: E2EAppliance, nqn: str) -> None:
@@ -127,7 +137,15 @@ def test_1_create_and_discover(appliance: E2EAppliance, api: httpx.Client) -> No
 
 def test_2_data_round_trip_grow_and_delete_refused(appliance: E2EAppliance,
                                                    api: httpx.Client) -> None:
-    device = connect(appliance, state["nqn"], state["nguid"])
+    device = connect(appliance, state["nqn"], state["uuid"], state["nguid"])
+    try:
+        connected_round_trip(appliance, api, device)
+    finally:
+        disconnect(appliance, state["nqn"])
+    assert ok(api.get("/datastores/nvme01"))["connected_clients"] == []
+
+
+def connected_round_trip(appliance: E2EAppliance, api: httpx.Client, device: str) -> None:
     sn = appliance.check(f"nvme id-ctrl {device} | sed -n 's/^sn *: *//p'").strip()
     assert sn == state["identity"]["serial"], sn
     state["sum_a"] = write_pattern(appliance, device, "pattern-a")
@@ -144,15 +162,13 @@ def test_2_data_round_trip_grow_and_delete_refused(appliance: E2EAppliance,
     while (size := int(appliance.check(f"blockdev --getsize64 {device}"))) != 512 * MiB:
         assert time.monotonic() < deadline, f"the host still sees {size} bytes"
         time.sleep(2)
-    disconnect(appliance, state["nqn"])
-    assert ok(api.get("/datastores/nvme01"))["connected_clients"] == []
 
 
 def test_3_a_host_not_allowed_cannot_connect(appliance: E2EAppliance) -> None:
     rc, out = appliance.exec(f"nvme connect -t tcp -a 127.0.0.1 -s {PORT} "
                              f"-n {state['nqn']} -q {INTRUDER}", timeout=120)
     assert rc != 0, out
-    rc, _ = appliance.exec(f"test -e /dev/disk/by-id/nvme-eui.{state['nguid']}")
+    rc, _ = appliance.exec(f"test -e /dev/disk/by-id/nvme-uuid.{state['uuid']}")
     assert rc != 0, "a namespace appeared for a refused host"
 
 
@@ -191,15 +207,17 @@ def test_5_drift_finds_a_removed_namespace_and_host_link(appliance: E2EAppliance
 def test_6_a_snapshot_clone_serves_the_snapshots_data(appliance: E2EAppliance,
                                                       api: httpx.Client) -> None:
     ok(api.post("/datastores/nvme01/snapshots", json={"name": "s1"}), 201)
-    device = connect(appliance, state["nqn"], state["nguid"])
-    state["sum_b"] = write_pattern(appliance, device, "pattern-b")
-    disconnect(appliance, state["nqn"])
+    device = connect(appliance, state["nqn"], state["uuid"], state["nguid"])
+    try:
+        state["sum_b"] = write_pattern(appliance, device, "pattern-b")
+    finally:
+        disconnect(appliance, state["nqn"])
     clone = ok(api.post("/datastores/nvme01/snapshots/s1/clones",
                         json={"name": "nvme01-clone"}), 201)
     c = clone["nvme"]
     assert clone["protocol"] == "nvme-tcp" and c["hosts"] == [HOST] and clone["serving"]
     assert c["nqn"] != state["nqn"] and c["nguid"] != state["nguid"]
-    device = connect(appliance, c["nqn"], c["nguid"])
+    device = connect(appliance, c["nqn"], c["uuid"], c["nguid"])
     try:
         assert read_sum(appliance, device) == state["sum_a"], "the clone is not the snapshot"
     finally:
@@ -220,7 +238,7 @@ def test_8_after_the_reboot_the_same_device_with_its_data(appliance: E2EApplianc
     wait_for_health(api, lambda h: h["started_at"] > 0 and h["components"]["nvmet"]["ok"])
     assert identity(appliance, state["nqn"]) == state["identity"]
     appliance.check("modprobe nvme-tcp")
-    device = connect(appliance, state["nqn"], state["nguid"])
+    device = connect(appliance, state["nqn"], state["uuid"], state["nguid"])
     try:
         assert read_sum(appliance, device) == state["sum_b"]
     finally:

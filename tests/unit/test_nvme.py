@@ -201,7 +201,7 @@ def test_put_serves_a_namespace_with_its_identity(client: TestClient, rig: Rig) 
                for c in attach["linux"]), attach["linux"]
     assert any("/etc/nvme/discovery.conf" in c for c in attach["linux"])
     assert attach["esxi"] == [f"# {ESXI_STATEMENT}"] and ESXI_STATEMENT in attach["notes"]
-    assert f"nvme-eui.{nguid}" in attach["libvirt_pool_xml"]
+    assert f"/dev/disk/by-id/nvme-uuid.{ns_uuid}" in attach["libvirt_pool_xml"]
     # the same body again changes nothing; the list shows it served
     changes = rig.hosts.nvmet.changes
     put(client, "ns1", {"nvme": {"hosts": [KVM1]}}, status=200)
