@@ -59,6 +59,28 @@ class IscsiAccessBody(Strict):
     chap: ChapBody | None = None
 
 
+class DhchapBody(Strict):
+    """DH-HMAC-CHAP secrets (``DHHC-1:...``). Always refused (422 ``unsupported``): the
+    appliance's kernel has no NVMe target authentication (CONFIG_NVME_TARGET_AUTH)."""
+
+    host_secret: str | None = None
+    controller_secret: str | None = None
+
+
+class NvmeAccessBody(Strict):
+    hosts: list[str] = Field(
+        default_factory=list, description="host NQNs allowed to connect (/etc/nvme/hostnqn "
+        "on Linux)", examples=[["nqn.2014-08.org.nvmexpress:uuid:"
+                                "5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"]])
+    initiator_groups: list[str] = Field(
+        default_factory=list, description="initiator groups whose host NQNs are allowed",
+        examples=[["kvm-cluster"]])
+    allow_any_host: bool = Field(default=False, description="any host reaching the port may "
+                                 "connect (attr_allow_any_host); without hosts and groups")
+    dhchap: DhchapBody | None = Field(default=None, description="not available on this "
+                                      "kernel: refused with 422 unsupported, saying why")
+
+
 class OverridesBody(Strict):
     sync: Literal["standard", "always", "disabled"] | None = None
     compression: str | None = Field(default=None, examples=["zstd"])
@@ -84,6 +106,7 @@ class DatastorePut(Strict):
     profile: Literal["vmware", "kvm"] = "vmware"
     nfs: NfsAccessBody | None = None
     iscsi: IscsiAccessBody | None = None
+    nvme: NvmeAccessBody | None = None
     overrides: OverridesBody | None = None
     labels: dict[str, str] | None = Field(
         default=None, description="key: value pairs snapshot policies select datastores by",
@@ -94,6 +117,7 @@ class CloneBody(Strict):
     name: str = Field(examples=["vmfs01-test"])
     nfs: NfsAccessBody | None = None
     iscsi: IscsiAccessBody | None = None
+    nvme: NvmeAccessBody | None = None
     profile: Literal["vmware", "kvm"] | None = None
 
 
@@ -121,11 +145,25 @@ class IscsiInfo(BaseModel):
     mutual_chap_user: str | None
 
 
+class NvmeInfo(BaseModel):
+    nqn: str = Field(description="the subsystem's NQN")
+    serial: str = Field(description="the subsystem's serial (attr_serial)")
+    uuid: str = Field(description="namespace 1's UUID")
+    nguid: str = Field(description="namespace 1's NGUID: Linux shows "
+                                   "ESXi's eui.<nguid>")
+    nsid: int = 1
+    hosts: list[str]
+    initiator_groups: list[str]
+    allow_any_host: bool
+
+
 class AttachBody(BaseModel):
     esxi: list[str]
     libvirt_pool_xml: str
     virsh: list[str]
     notes: list[str]
+    linux: list[str] = Field(default_factory=list, description="a Linux host's own commands "
+                             "(NVMe/TCP: nvme-cli)")
 
 
 class ProtectionOut(BaseModel):
@@ -159,6 +197,7 @@ class DatastoreOut(BaseModel):
     properties: dict[str, str]
     nfs: NfsInfo | None
     iscsi: IscsiInfo | None
+    nvme: NvmeInfo | None = None
     attach: AttachBody | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     overrides: OverridesBody = Field(
@@ -202,8 +241,12 @@ class SnapshotOut(BaseModel):
 # --- initiator groups ---------------------------------------------------------------
 
 class GroupPut(Strict):
-    initiators: list[str] = Field(examples=[["iqn.1998-01.com.vmware:esxi01-4f2a",
-                                             "iqn.1998-01.com.vmware:esxi02-77c1"]])
+    initiators: list[str] = Field(
+        description="hosts by their iSCSI IQNs and NVMe host NQNs (a host may be listed "
+        "with both): iscsi datastores take the IQNs, nvme-tcp ones the NQNs",
+        examples=[["iqn.1998-01.com.vmware:esxi01-4f2a", "iqn.1998-01.com.vmware:esxi02-77c1"],
+                  ["iqn.1993-08.org.debian:01:kvm01",
+                   "nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"]])
 
 
 class GroupOut(BaseModel):

@@ -19,6 +19,7 @@ from appliance.model import (
     DatastoreSpec,
     IscsiAccess,
     NfsClient,
+    NvmeAccess,
 )
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
     export_ids = {r.export_id for r in records if r.export_id is not None}
     iqns = {r.iqn for r in records if r.iqn}
     serials = {r.serial for r in records if r.serial}
+    nqns = {r.nqn for r in records if r.nqn}
     adopted = []
     for pool in sorted(pools):
         for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}", DATASTORE_PROPERTIES):
@@ -46,7 +48,7 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
                 log.error("not adopting %s: protocol %r is not served here", ds.name,
                           rec.spec.protocol)
                 continue
-            if rec.iqn in iqns or rec.serial in serials:
+            if rec.iqn in iqns or rec.serial in serials or rec.nqn in nqns:
                 # another datastore here has that identity: serving both would confuse
                 # every initiator. Left unadopted; drift reports it.
                 log.error("not adopting %s: its IQN or serial is in use here", ds.name)
@@ -69,6 +71,8 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
                 iqns.add(rec.iqn)
             if rec.serial:
                 serials.add(rec.serial)
+            if rec.nqn:
+                nqns.add(rec.nqn)
             adopted.append(rec.name)
             known.add(rec.name)
             log.info("adopted datastore %s from pool %s", rec.name, pool)
@@ -92,6 +96,9 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
             iscsi=IscsiAccess(tuple(access.get("initiators", [])),
                               tuple(access.get("initiator_groups", []))),
             labels=tuple(sorted(json.loads(ds.prop("zds:labels", "{}") or "{}").items())),
+            nvme=NvmeAccess(tuple(access.get("nvme_hosts", [])),
+                            tuple(access.get("nvme_initiator_groups", [])),
+                            bool(access.get("nvme_allow_any_host", False))),
         )
         export_id = ds.prop("zds:export_id")
         chap = bool(access.get("chap"))
@@ -103,6 +110,7 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
             export_id=int(export_id) if export_id else None,
             iqn=ds.prop("zds:iqn") or None,
             serial=ds.prop("zds:serial") or None,
+            nqn=ds.prop("zds:nqn") or None,
             origin=ds.prop("origin") or None,
             error="adopted from pool properties: not served until its CHAP settings are "
                   "given again with PUT" if chap else None,

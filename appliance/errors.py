@@ -26,6 +26,13 @@ class InvalidInput(ZdsError):
     code = "invalid_input"
 
 
+class Unsupported(InvalidInput):
+    """Asked for something this appliance cannot do (its kernel lacks it); the message
+    says why and what to use instead. Nothing was changed."""
+
+    code = "unsupported"
+
+
 class NotFound(ZdsError):
     status = 404
     code = "not_found"

@@ -38,7 +38,7 @@ from images.paths import cache_root, images_dir, vm_dir
 
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
-GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260}
+GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260, "nvme": 4420}
 HEALTH_PATH = "/api/v1/system/health"
 # Sparse: they take host space only as ZFS writes. 64 GiB each gives the default pool room
 # for the README's examples (thin datastores may promise 20x a pool's capacity).
@@ -76,12 +76,14 @@ class SocketLink:
 
 @dataclass
 class Ports:
-    """Host ports on 127.0.0.1 forwarded to the guest's API, NFS, mountd and iSCSI ports."""
+    """Host ports on 127.0.0.1 forwarded to the guest's API, NFS, mountd, iSCSI and
+    NVMe/TCP ports."""
 
     api: int = 8443
     nfs: int = 2049
     mountd: int = 20048
     iscsi: int = 3260
+    nvme: int = 4420
 
     @classmethod
     def random_free(cls) -> Ports:
@@ -556,7 +558,7 @@ class Appliance:
 
 def _ports_from_args(args: argparse.Namespace) -> Ports:
     return Ports(api=args.api_port, nfs=args.nfs_port, mountd=args.mountd_port,
-                 iscsi=args.iscsi_port)
+                 iscsi=args.iscsi_port, nvme=args.nvme_port)
 
 
 def _appliance(args: argparse.Namespace, ports: Ports | None = None) -> Appliance:
@@ -593,6 +595,8 @@ ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).{_health_li
   token      {token}
   NFS        127.0.0.1:{app.ports.nfs} (mountd {app.ports.mountd})
   iSCSI      127.0.0.1:{app.ports.iscsi}
+  NVMe/TCP   127.0.0.1:{app.ports.nvme} (connect to it by NQN: discovery names the guest's
+             own address)
   console    {app.serial_log}
   data disks {', '.join(str(app.disk_path(i)) for i in range(app.data_disks))}
 
@@ -663,6 +667,8 @@ def main(argv: list[str] | None = None) -> int:
                      default=int(os.environ.get("ZDS_MOUNTD_PORT", 20048)))
     run.add_argument("--iscsi-port", type=int,
                      default=int(os.environ.get("ZDS_ISCSI_PORT", 3260)))
+    run.add_argument("--nvme-port", type=int,
+                     default=int(os.environ.get("ZDS_NVME_PORT", 4420)))
     run.add_argument("--fresh", action="store_true",
                      help="start from a fresh system disk (data disks are kept)")
     run.add_argument("--timeout", type=float, default=900.0)

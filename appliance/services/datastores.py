@@ -20,6 +20,7 @@ from appliance.errors import (
     InvalidInput,
     NotFound,
     Unavailable,
+    Unsupported,
     ZdsError,
 )
 from appliance.host.zfs import DatasetInfo
@@ -34,6 +35,7 @@ from appliance.model import (
     DatastoreSpec,
     IscsiAccess,
     NfsClient,
+    NvmeAccess,
     Overrides,
     naa_wwn,
 )
@@ -43,6 +45,14 @@ from appliance.services.pools import PoolService
 from appliance.transports.base import AnyTransport
 
 log = logging.getLogger(__name__)
+
+# Why an NVMe/TCP datastore cannot have DH-HMAC-CHAP (the transport says the same).
+NVME_NO_DHCHAP = (
+    "DH-HMAC-CHAP is not available: the appliance's kernel (Debian 12, 6.1) is built "
+    "without CONFIG_NVME_TARGET_AUTH, so its NVMe target cannot authenticate hosts. "
+    "Access is restricted by the host NQN list (nvme.hosts and initiator groups), the "
+    "address the NVMe/TCP port listens on ([nvme] address in zds.toml) and the firewall; "
+    "nothing was changed")
 
 # How long a background job (delete) waits for the change lock.
 JOB_LOCK_WAIT = 3600.0
@@ -74,6 +84,10 @@ class DatastoreRequest:
     recordsize: int | str | None = None
     volblocksize: int | str | None = None
     labels: dict[str, str] | None = None  # what snapshot policies may select it by
+    nvme_hosts: list[str] = field(default_factory=list)  # host NQNs
+    nvme_initiator_groups: list[str] = field(default_factory=list)
+    nvme_allow_any_host: bool = False
+    nvme_dhchap: bool = False  # DH-HMAC-CHAP was asked for (refused: the kernel lacks it)
 
 
 @dataclass(frozen=True)
@@ -222,7 +236,15 @@ class DatastoreService:
         initiators = tuple(sorted({validate.iqn(i) for i in req.initiators}))
         groups = tuple(sorted({validate.resource_name(g, "initiator group name")
                                for g in req.initiator_groups}))
-        for g in groups:
+        if req.nvme_dhchap:
+            raise Unsupported(NVME_NO_DHCHAP)
+        hosts = tuple(sorted({validate.nqn(h) for h in req.nvme_hosts}))
+        nvme_groups = tuple(sorted({validate.resource_name(g, "initiator group name")
+                                    for g in req.nvme_initiator_groups}))
+        if req.nvme_allow_any_host and (hosts or nvme_groups):
+            raise InvalidInput("nvme allow_any_host admits every host: give it without "
+                               "hosts and initiator_groups, or name the hosts instead")
+        for g in (*groups, *nvme_groups):
             if self.ctx.store.get_group(g) is None:
                 raise NotFound(f"initiator group {g!r} not found")
         chap = None
@@ -256,6 +278,7 @@ class DatastoreService:
             iscsi=IscsiAccess(initiators, groups, chap),
             overrides=overrides,
             labels=labels,
+            nvme=NvmeAccess(hosts, nvme_groups, req.nvme_allow_any_host),
         )
         # the export/target this spec will become, checked by the adapter's own rules
         # now, so nothing it would refuse gets as far as creating a dataset
@@ -288,7 +311,7 @@ class DatastoreService:
         """Creates or updates the datastore; returns (view, created)."""
         spec = self.validate_request(name, req)
         with self.ctx.lock.hold(f"PUT datastore {name}"):
-            for group in spec.iscsi.initiator_groups:  # deleted since validation?
+            for group in spec.initiator_groups:  # deleted since validation?
                 if self.ctx.store.get_group(group) is None:
                     raise NotFound(f"initiator group {group!r} not found")
             existing = self.ctx.store.get_datastore(name)
@@ -355,6 +378,7 @@ class DatastoreService:
             export_id=identity.export_id,
             iqn=identity.iqn,
             serial=identity.serial,
+            nqn=identity.nqn,
             origin=origin,
             created=time.time(),
         )
@@ -408,6 +432,8 @@ class DatastoreService:
             props["zds:iqn"] = rec.iqn
         if rec.serial:
             props["zds:serial"] = rec.serial
+        if rec.nqn:
+            props["zds:nqn"] = rec.nqn
         if spec.labels:
             props["zds:labels"] = json.dumps(dict(spec.labels), sort_keys=True,
                                              separators=(",", ":"))
@@ -458,6 +484,12 @@ class DatastoreService:
         self.ctx.store.put_datastore(new)
         report = self.reconciler.datastores([new])
         failures = report.failures_for(*transport.subjects(new), "zfs")
+        if spec.size > old.size and not failures:
+            try:
+                transport.resized(new)
+            except ZdsError as exc:  # the hosts see the size at their next rescan
+                log.warning("datastore %s grew; telling its hosts failed: %s", new.name,
+                            exc.message)
         if failures:
             raise Unavailable("the datastore was changed in ZFS but could not be re-served: "
                               + "; ".join(failures) + " (it is retried at every reconcile)")

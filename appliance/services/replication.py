@@ -101,7 +101,7 @@ LATE_INTERVALS = 2
 LATE_GRACE = 600.0
 INCOMING_PROPERTIES = ("type", "used", "referenced", "receive_resume_token", "readonly",
                        *REPLICA_PROPERTIES, "zds:name", "zds:protocol", "zds:size",
-                       "zds:serial", "zds:iqn", "zds:managed")
+                       "zds:serial", "zds:iqn", "zds:nqn", "zds:managed")
 
 
 @dataclass(frozen=True)
@@ -190,6 +190,8 @@ class PromoteRequest:
     initiator_groups: list[str] | None = None
     chap: ChapRequest | None = None
     keep_access: bool = False
+    nvme_hosts: list[str] | None = None
+    nvme_initiator_groups: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -853,7 +855,13 @@ class ReplicationService:
                 i for i in src.iscsi.initiators if keep],
             initiator_groups=req.initiator_groups if req.initiator_groups is not None else [
                 g for g in src.iscsi.initiator_groups if keep],
-            chap=req.chap)
+            chap=req.chap,
+            nvme_hosts=req.nvme_hosts if req.nvme_hosts is not None else [
+                h for h in src.nvme.hosts if keep],
+            nvme_initiator_groups=req.nvme_initiator_groups
+            if req.nvme_initiator_groups is not None else [
+                g for g in src.nvme.initiator_groups if keep],
+            nvme_allow_any_host=src.nvme.allow_any_host and keep)
         # the source had CHAP: its secrets never travel, and its initiators relied on it
         if adopted.error and req.chap is None and keep:
             raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
@@ -876,7 +884,7 @@ class ReplicationService:
                                                         records, new_name)
             notes += said
             rec = DatastoreRecord(spec=spec, state="creating", export_id=identity.export_id,
-                                  iqn=identity.iqn, serial=identity.serial,
+                                  iqn=identity.iqn, serial=identity.serial, nqn=identity.nqn,
                                   created=time.time())
             if inc.resume_pending:
                 self.zsend.abort_partial(Endpoint(None), inc.dataset)
@@ -1014,6 +1022,8 @@ def _access_notes(src: DatastoreSpec, req: PromoteRequest, chap: bool,
         left.append(f"{len(src.iscsi.initiators)} initiator(s)")
     if req.initiator_groups is None and src.iscsi.initiator_groups:
         left.append(f"{len(src.iscsi.initiator_groups)} initiator group(s)")
+    if req.nvme_hosts is None and src.nvme.hosts:
+        left.append(f"{len(src.nvme.hosts)} NVMe host(s)")
     if chap and req.chap is None:
         left.append("CHAP")
     if not left:

@@ -14,7 +14,7 @@ What a transport provides (docs/architecture.md, "Transports"):
 - live state in a constant number of host calls: :meth:`read_live` (every datastore),
   :meth:`read_for` (a few), :meth:`read_one`; :meth:`serving`, :meth:`clients`;
 - change: :meth:`plan` (desired vs live, pure), :meth:`apply`, :meth:`unserved` (when its
-  daemon is down), :meth:`subjects` (what reports name);
+  daemon is down), :meth:`subjects` (what reports name), :meth:`resized` (after growth);
 - health: :meth:`available`, :meth:`health_detail`, :meth:`require`;
 - attach instructions: :meth:`attach`; vSphere's name for it: :meth:`vmware_target`;
 - metrics: :meth:`metrics_read`, :meth:`metrics_sources`, :meth:`probe_read`,
@@ -62,6 +62,7 @@ class Identity:
     export_id: int | None = None  # NFS: the export's Export_Id / fsid
     iqn: str | None = None  # iSCSI: the target's IQN
     serial: str | None = None  # a block device's unit serial (its WWN derives from it)
+    nqn: str | None = None  # NVMe/TCP: the subsystem's NQN
 
 
 @dataclass(frozen=True)
@@ -207,6 +208,11 @@ class Transport(ABC, Generic[DesiredT, LiveT]):
     @abstractmethod
     def subjects(self, rec: DatastoreRecord) -> tuple[str, ...]:
         """The subjects actions and failures about ``rec`` are reported under."""
+
+    def resized(self, rec: DatastoreRecord) -> None:
+        """``rec``'s dataset just grew: tell its clients when the daemon does not (LIO and
+        the NFS servers see a new size themselves)."""
+        return None
 
     # --- attach instructions ----------------------------------------------------------
 

@@ -77,7 +77,7 @@ def target_spec(rec: DatastoreRecord, device: str, groups: Mapping[str, Initiato
     for name in access.initiator_groups:
         group = groups.get(name)
         if group is not None:
-            initiators.extend(group.initiators)
+            initiators.extend(group.iqns)  # its hosts' NVMe NQNs are the NVMe target's
     chap = None
     if access.chap is not None:
         chap = Chap(access.chap.user, access.chap.secret, access.chap.mutual_user,
@@ -325,7 +325,7 @@ class IscsiTransport(Transport[TargetSpec, IscsiLive]):
             names = set(r.spec.iscsi.initiators)
             for g in r.spec.iscsi.initiator_groups:
                 group = groups.get(g)
-                names.update(group.initiators if group else ())
+                names.update(group.iqns if group else ())
             acls.extend((r.iqn, name, 0) for name in sorted(names))
         commands: dict[str, int] = {}
         for i in stats.initiator_io(acls):

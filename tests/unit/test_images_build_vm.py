@@ -55,13 +55,14 @@ def test_inputs_hash_follows_files_and_versions(tmp_path: Path) -> None:
 
 def test_qemu_network_is_restricted_to_loopback_forwards(tmp_path: Path) -> None:
     vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "base.raw",
-                   ports=Ports(api=18443, nfs=12049, mountd=30048, iscsi=13260))
+                   ports=Ports(api=18443, nfs=12049, mountd=30048, iscsi=13260, nvme=14420))
     argv = vm.qemu_argv(kvm=False)
     netdev = argv[argv.index("-netdev") + 1]
     assert netdev.startswith("user,") and ",restrict=on," in netdev
     fwds = [p for p in netdev.split(",") if p.startswith("hostfwd=")]
     assert fwds == ["hostfwd=tcp:127.0.0.1:18443-:8443", "hostfwd=tcp:127.0.0.1:12049-:2049",
-                    "hostfwd=tcp:127.0.0.1:30048-:20048", "hostfwd=tcp:127.0.0.1:13260-:3260"]
+                    "hostfwd=tcp:127.0.0.1:30048-:20048", "hostfwd=tcp:127.0.0.1:13260-:3260",
+                    "hostfwd=tcp:127.0.0.1:14420-:4420"]
     assert argv[argv.index("-accel") + 1] == "tcg,thread=multi"
     assert f"name=opt/zds/admin-token,file={tmp_path / 'admin-token'}" in argv
     assert "-pidfile" in argv and "-monitor" in argv
