@@ -525,6 +525,7 @@ class FakeZfsSend:
         ds = self.zfs._ds(dataset)
         if ds.type != "filesystem":
             raise InvalidInput(f"cannot mount '{dataset}': not a filesystem")
+        ds.mounted = True
 
 
 def _local_props(src: _Ds, receive: ReceiveSpec) -> dict[str, str]:
