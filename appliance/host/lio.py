@@ -91,6 +91,10 @@ class LiveTarget:
 
     spec: TargetSpec
     sessions: tuple[str, ...] = ()  # initiator IQNs with an active session
+    # TPG 1 as apply_target leaves it: enabled, and demanding CHAP exactly when an ACL
+    # has it (rtslib writes these last and first: a crash between leaves them wrong)
+    enabled: bool = True
+    authentication: bool = False
 
 
 @dataclass(frozen=True)
@@ -392,7 +396,7 @@ class ConfigfsReader:
             return None
         tpg = os.path.join(tdir, "tpgt_1")
         if not os.path.isdir(tpg):
-            return LiveTarget(TargetSpec(iqn, (), (), ()))
+            return LiveTarget(TargetSpec(iqn, (), (), ()), enabled=False)
         luns: list[LunSpec] = []
         for entry in _listdir(os.path.join(tpg, "lun")):
             if not entry.startswith("lun_"):
@@ -423,7 +427,10 @@ class ConfigfsReader:
         spec = TargetSpec(iqn=iqn, luns=tuple(sorted(luns, key=lambda x: x.lun)),
                           acls=tuple(sorted(acls, key=lambda a: a.initiator)),
                           portals=tuple(sorted(portals)))
-        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)))
+        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)),
+                          enabled=(_read(os.path.join(tpg, "enable")) or "0").strip() == "1",
+                          authentication=(_read(os.path.join(tpg, "attrib", "authentication"))
+                                          or "0").strip() == "1")
 
     def _lun(self, ldir: str, number: int) -> LunSpec | None:
         for entry in _listdir(ldir):

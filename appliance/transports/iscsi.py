@@ -125,6 +125,11 @@ def plan_targets(targets: Sequence[TargetSpec], live_targets: Iterable[LiveTarge
         elif not target_matches(target, live.spec):
             actions.append(Action("apply_target", target.iqn, "target differs from desired",
                                   target))
+        elif not live.enabled or live.authentication != any(a.chap for a in target.acls):
+            # half-built (a crash inside apply_target): not enabled, or CHAP not enforced
+            actions.append(Action("apply_target", target.iqn, "target is not finished "
+                                  f"(enabled {live.enabled}, CHAP enforced "
+                                  f"{live.authentication})", target))
     removed_backstores: set[str] = set()
     for live in live_by_iqn.values():
         iqn = live.spec.iqn
