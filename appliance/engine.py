@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from appliance import reconcile as rc
 from appliance.adoption import adopt
 from appliance.context import Context
-from appliance.errors import ZdsError
 from appliance.host.factory import HostAdapters, real_hosts
 from appliance.jobs import JobManager
 from appliance.metrics import service as metrics_service
@@ -117,11 +116,8 @@ class Engine:
                 self.pools.keep_snapshot_counts(imported)
                 self.datastores.finish_interrupted()
                 self._wait_for_daemons(daemon_wait)
+            # (a zvol whose /dev link udev has not made yet is waited for in there)
             report = self.reconciler.full(wait=START_LOCK_WAIT)
-            if _missing_devices(report):
-                # udev may still be making /dev/zvol links after the import: wait, retry
-                self._wait_for_zvols(daemon_wait)
-                report = self.reconciler.full(wait=START_LOCK_WAIT)
         for err in report.errors:
             log.error("start-up reconcile: %s", err)
         log.info("start-up: %d actions applied, %d failed in %.1f s", len(report.applied),
@@ -159,17 +155,6 @@ class Engine:
                 return
             time.sleep(1.0)
 
-    def _wait_for_zvols(self, timeout: float) -> None:
-        records = [r for r in self.ctx.store.list_datastores()
-                   if r.state in ("ready", "creating")]
-        for t, recs in self.ctx.transports.grouped(records):
-            for rec in recs:
-                try:
-                    t.storage.wait_ready(self.ctx.zfs, rec.spec.dataset, timeout)
-                except ZdsError as exc:
-                    log.error("%s of %s: %s", t.storage.said, rec.name, exc.message)
-                    return  # the others would wait just as long; the watcher retries
-
     def stop(self) -> None:
         """The API is stopping: no more scheduled runs or reconciles, and the jobs still
         running are recorded as interrupted (then cancelled) while the store is open."""
@@ -181,6 +166,3 @@ class Engine:
         self.stop()
         self.ctx.store.close()
 
-
-def _missing_devices(report: rc.ReconcileReport) -> bool:
-    return any("no such block device" in e for e in report.errors)

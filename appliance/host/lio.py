@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from appliance.errors import (
     Conflict,
+    DeviceMissing,
     HostCommandFailed,
     InvalidInput,
     NotFound,
@@ -624,7 +625,7 @@ class Lio:
         check_spec(spec)
         for lun in spec.luns:
             if not self._device_check(lun.device):
-                raise NotFound(f"cannot export {lun.device}: no such block device")
+                raise DeviceMissing(f"cannot export {lun.device}: no such block device")
 
     def _apply(self, rtslib: Any, fabric: Any, spec: TargetSpec,
                index: dict[str, BackstoreInfo], hbas: _HbaIndexes,

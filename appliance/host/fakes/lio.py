@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from appliance.errors import Conflict, NotFound, Unavailable, ZdsError
+from appliance.errors import Conflict, DeviceMissing, NotFound, Unavailable, ZdsError
 from appliance.host.lio import (
     VAAI_ATTRIBUTES,
     AclSpec,
@@ -168,7 +168,7 @@ class FakeLio:
         # Check everything that can fail before changing anything.
         for lun in spec.luns:
             if not self._device_exists(lun.device):
-                raise NotFound(f"cannot export {lun.device}: no such block device")
+                raise DeviceMissing(f"cannot export {lun.device}: no such block device")
             b = self.backstores.get(lun.backstore)
             if b is not None and (b.device != lun.device or b.serial != lun.serial):
                 users = self._in_use(lun.backstore, except_iqn=spec.iqn)
