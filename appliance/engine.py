@@ -62,6 +62,7 @@ class Engine:
         # replication: a replicated datastore is not deleted, health shows failed/late runs
         self.replication = ReplicationService(ctx, self.datastores, self.reconciler)
         self.datastores.delete_guards.append(self.replication.guard_delete)
+        self.datastores.create_finishers.append(self.replication.finish_promote)
         self.system.checks["replication"] = self.replication.health
         # a replication with after_snapshot_policy sends what a policy run snapshotted
         self.policies.after_snapshots.append(self.replication.after_snapshots)
@@ -107,6 +108,7 @@ class Engine:
         interrupted = ctx.jobs.recover()
         if interrupted:
             log.warning("%d jobs were interrupted by a restart and marked failed", interrupted)
+        self.policies.recover()
         t0 = time.monotonic()
         with ctx.lock.hold("start-up", timeout=START_LOCK_WAIT):
             self.replication.start()
