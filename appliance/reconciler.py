@@ -434,8 +434,8 @@ class Reconciler:
                 view, report = self._repair(records, view)
             # the live objects of these datastores only: removals are planned for
             # nothing else, and a transport none of them uses is not read at all
-            live = LiveState({t.name: t.read_for(recs) for t, recs
-                              in self.ctx.transports.grouped(records) if recs},
+            live = LiveState({t.name: t.read_withdraw(recs) if withdraw else t.read_for(recs)
+                              for t, recs in self.ctx.transports.grouped(records) if recs},
                              self.ctx.transports)
             report.merge(self._apply(self.desired(records, view), live))
             self._devices(report, records, view)
