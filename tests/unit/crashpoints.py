@@ -94,6 +94,8 @@ def killable(hosts: FakeHosts, killer: Killer) -> HostAdapters:
     hosts.zfs.on_step = killer.point
     hosts.lio.on_step = killer.point
     hosts.ganesha.on_step = killer.point
+    if hosts.zfs_send is not None:
+        hosts.zfs_send.on_step = killer.point
     raw = hosts.adapters()
 
     def wrap(adapter: object, name: str) -> Any:
@@ -118,6 +120,8 @@ def unhook(hosts: FakeHosts) -> None:
     hosts.zfs.on_step = None
     hosts.lio.on_step = None
     hosts.ganesha.on_step = None
+    if hosts.zfs_send is not None:
+        hosts.zfs_send.on_step = None
 
 
 @dataclass
