@@ -67,7 +67,7 @@ class Engine:
         # a replication with after_snapshot_policy sends what a policy run snapshotted
         self.policies.after_snapshots.append(self.replication.after_snapshots)
         self.watcher = Watcher(
-            self.reconciler, lambda: self.datastores.finish_interrupted(("deleting",)),
+            self.reconciler, self.datastores.finish_interrupted,
             ctx.settings.health_interval, ctx.settings.reconcile_interval)
         self.start_report: rc.ReconcileReport | None = None
 

@@ -14,6 +14,7 @@ from api.app import create_app
 from appliance.engine import Engine
 from appliance.host.factory import FakeHosts, fake_hosts
 from appliance.host.fakes.zfs import GiB
+from appliance.model import DatastoreRecord
 from appliance.services.datastores import DatastoreRequest
 from tests.unit.conftest import SPARE_DISKS, Rig
 from tests.unit.crashpoints import Killed, Killer, die, fresh_settings, killable, restart
@@ -167,4 +168,27 @@ def test_a_put_cut_before_zfs_had_it_is_finished(rig: Rig) -> None:
     assert info is not None
     assert info.int_prop("refquota") == 256 << 20 and info.prop("zds:size") == str(256 << 20)
     assert info.prop("zds:labels") == '{"tier":"gold"}'
+    assert rig.engine.reconciler.drift() == []
+
+
+def test_the_watcher_finishes_a_create_start_up_could_not(rig: Rig) -> None:
+    """Start-up met ZFS down: the interrupted create waits for the watcher's round."""
+    spec = rig.engine.datastores.validate_request("ds", NFS)
+    rig.engine.store.put_datastore(DatastoreRecord(spec, "creating", export_id=150))
+    rig.engine.watcher.repair()
+    view = rig.engine.datastores.get("ds")
+    assert (view.state, view.serving) == ("ready", True)
+    assert rig.engine.reconciler.drift() == []
+
+
+def test_a_create_that_cannot_be_finished_is_rolled_back(rig: Rig) -> None:
+    """A clone whose snapshot is gone by the time the API is back: the recorded intent
+    cannot be carried out, so the record goes (its PUT never answered)."""
+    rig.engine.datastores.put("ds", NFS)
+    spec = rig.engine.datastores.validate_request("c1", NFS)
+    rig.engine.store.put_datastore(DatastoreRecord(spec, "creating", export_id=151,
+                                                   origin="tank/datastores/ds@gone"))
+    rig.engine.watcher.repair()
+    assert rig.engine.store.get_datastore("c1") is None
+    assert rig.zfs.get_dataset("tank/datastores/c1") is None
     assert rig.engine.reconciler.drift() == []
