@@ -23,7 +23,7 @@ from appliance.metrics import service as metrics_service
 from appliance.policies.records import PolicyRecords
 from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
-from appliance.reconciler import Reconciler
+from appliance.reconciler import DEVICE_WAIT, Reconciler
 from appliance.services.datastores import DatastoreService
 from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
@@ -119,7 +119,8 @@ class Engine:
                 self.datastores.finish_interrupted()
                 self._wait_for_daemons(daemon_wait)
             # (a zvol whose /dev link udev has not made yet is waited for in there)
-            report = self.reconciler.full(wait=START_LOCK_WAIT)
+            report = self.reconciler.full(wait=START_LOCK_WAIT,
+                                          device_wait=max(daemon_wait, DEVICE_WAIT))
         for err in report.errors:
             log.error("start-up reconcile: %s", err)
         log.info("start-up: %d actions applied, %d failed in %.1f s", len(report.applied),

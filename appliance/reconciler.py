@@ -221,17 +221,17 @@ class Reconciler:
         return report
 
     def _devices(self, report: rc.ReconcileReport, records: Sequence[DatastoreRecord],
-                 view: ZfsView) -> None:
+                 view: ZfsView, wait: float = DEVICE_WAIT) -> None:
         """Datastores whose block device was missing (udev lost or has not made a zvol's
         link yet: after an import, or a create cut before it): waits for the device,
         re-triggering udev, and applies them once more. The first that does not come in
-        :data:`DEVICE_WAIT` ends the waiting (the others would wait as long)."""
+        ``wait`` seconds ends the waiting (the others would wait as long)."""
         missing = [(t, rec) for t, recs in self.ctx.transports.grouped(records)
                    for rec in recs if report.missing_devices & set(t.subjects(rec))]
         ready: list[DatastoreRecord] = []
         for t, rec in missing:
             try:
-                t.storage.wait_ready(self.ctx.zfs, rec.spec.dataset, DEVICE_WAIT)
+                t.storage.wait_ready(self.ctx.zfs, rec.spec.dataset, wait)
             except ZdsError as exc:
                 report.fail(rec.name, f"{t.storage.said} {rec.spec.dataset}: {exc.message}")
                 break
@@ -389,10 +389,11 @@ class Reconciler:
 
     # --- changing (under the lock) --------------------------------------------------
 
-    def full(self, exclude: set[str] | None = None, wait: float | None = None
-             ) -> rc.ReconcileReport:
+    def full(self, exclude: set[str] | None = None, wait: float | None = None,
+             device_wait: float = DEVICE_WAIT) -> rc.ReconcileReport:
         """Makes every transport's daemon match every record (``exclude``: as if those
-        did not exist)."""
+        did not exist); ``device_wait``: how long a missing zvol device is waited for
+        (longer at start-up, when udev is still making the links of an import)."""
         with self.ctx.lock.hold("a full reconcile", timeout=wait):
             view, live = self.read()
             if not view.available:
@@ -404,7 +405,7 @@ class Reconciler:
                        if r.name not in (exclude or set())]
             view, report = self._repair(records, view)
             report.merge(self._apply(self.desired(records, view), live))
-            self._devices(report, records, view)
+            self._devices(report, records, view, device_wait)
         if not exclude:
             self._after_full(report, records, view)
         return report
