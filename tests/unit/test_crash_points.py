@@ -405,9 +405,15 @@ def promote(req: DatastoreRequest) -> Operation:
                      setup=lambda c: replica_on(c, "src1", req), check=check)
 
 
-def replication_run() -> Operation:
+def replication_run(take_snapshot: bool = True) -> Operation:
     """The source's run: snapshot, send | receive (killed mid-stream, the target keeps a
-    resumable partial), then the cursor (hold + bookmark) moved."""
+    resumable partial), then the cursor (hold + bookmark) moved. Without
+    ``take_snapshot`` it sends the snapshots taken by hand, and the next run has nothing
+    new to send (its cursor is the one the killed run set, or half set)."""
+
+    def by_hand(case: Case, name: str) -> None:
+        if not take_snapshot:
+            case.engine.snapshots.create("ds", name)
 
     def setup(case: Case) -> None:
         net = FakeNetwork()
@@ -424,9 +430,12 @@ def replication_run() -> Operation:
         put(case, "ds", NFS)
         case.hosts.zfs.write("tank/datastores/ds", 3 * MiB, content="first")
         case.engine.replication.put("r1", ReplicationRequest(
-            datastore="ds", target=TargetRequest(host=TARGET_HOST, dataset=f"{REPLICAS}/ds")))
+            datastore="ds", target=TargetRequest(host=TARGET_HOST, dataset=f"{REPLICAS}/ds"),
+            take_snapshot=take_snapshot))
+        by_hand(case, "h1")
         wait(case, case.engine.replication.run_now("r1"))  # the full send
         case.hosts.zfs.write("tank/datastores/ds", 6 * MiB, content="second")
+        by_hand(case, "h2")
         case.extra["target"] = dst_hosts
 
     def check(case: Case) -> None:
@@ -444,7 +453,8 @@ def replication_run() -> Operation:
         marks = case.hosts.zfs_send.bookmarks("tank/datastores/ds")
         assert len(marks) == 1, marks
 
-    return Operation("replication-run", lambda c: c.engine.replication.run_now("r1"),
+    return Operation("replication-run" if take_snapshot else "replication-run-untaken",
+                     lambda c: c.engine.replication.run_now("r1"),
                      setup=setup, check=check, reports="replication")
 
 
@@ -476,6 +486,7 @@ OPERATIONS = [
     promote(NFS),
     promote(DatastoreRequest(protocol="iscsi", size="128M")),
     replication_run(),
+    replication_run(take_snapshot=False),
 ]
 
 
