@@ -83,7 +83,8 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
                           allow_any_host=spec.nvme.allow_any_host)
     return s.DatastoreOut(
         name=rec.name, pool=spec.pool, protocol=spec.protocol, profile=spec.profile,
-        size=spec.size, thin=spec.thin, state=rec.state, error=rec.error, dataset=v.dataset,
+        size=spec.size, thin=spec.thin, state=v.state or rec.state, error=v.problem,
+        action=v.action, dataset=v.dataset,
         origin=rec.origin, online=v.online, serving=v.serving, connected_clients=v.clients,
         snapshots=v.snapshots,
         usage=s.UsageBody(used=v.used, available=v.available, referenced=v.referenced,

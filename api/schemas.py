@@ -185,8 +185,12 @@ class DatastoreOut(BaseModel):
     profile: str
     size: int
     thin: bool
-    state: str
+    state: str = Field(description="creating | ready | deleting | error, or unserved: "
+                                   "recorded ready but not served now (error says why, "
+                                   "action what repairs it)")
     error: str | None
+    action: str | None = Field(default=None, description="what repairs what error names: "
+                                                         "the reconcile itself, or a person")
     dataset: str
     origin: str | None
     online: bool
@@ -408,6 +412,8 @@ class DriftItemOut(BaseModel):
     kind: str
     subject: str
     reason: str
+    action: str = Field(default="", description="what repairs it: the reconcile itself, or "
+                                                "what a person must do")
 
 
 class DriftOut(BaseModel):

@@ -20,6 +20,7 @@ from appliance.model import (
     IscsiAccess,
     NfsClient,
     NvmeAccess,
+    Overrides,
 )
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,11 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
     for pool in sorted(pools):
         for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}", DATASTORE_PROPERTIES):
             if ds.prop("zds:managed") != "true":
+                continue
+            if ds.prop("zds:replication"):
+                # a replica whose promote was cut (it carries the source's zds:*): the
+                # promote finishes it, adopting it would serve the source's identity
+                log.error("not adopting %s: it is a replica, not promoted", ds.name)
                 continue
             rec = record_from_properties(pool, ds)
             if rec is None or rec.name in known:
@@ -99,6 +105,7 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
             nvme=NvmeAccess(tuple(access.get("nvme_hosts", [])),
                             tuple(access.get("nvme_initiator_groups", [])),
                             bool(access.get("nvme_allow_any_host", False))),
+            overrides=overrides_from(ds.prop("zds:overrides")),
         )
         export_id = ds.prop("zds:export_id")
         chap = bool(access.get("chap"))
@@ -119,3 +126,18 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
     except (KeyError, ValueError, TypeError) as exc:
         log.warning("cannot adopt %s: %s", ds.name, exc)
         return None
+
+
+def overrides_from(text: str) -> Overrides:
+    """``zds:overrides`` as the datastore's overrides (what is not one is dropped)."""
+    found = json.loads(text or "{}")
+    if not isinstance(found, dict):
+        return Overrides()
+    kept: dict[str, str | int] = {}
+    for key in ("sync", "compression"):
+        if isinstance(found.get(key), str):
+            kept[key] = found[key]
+    for key in ("recordsize", "volblocksize"):
+        if isinstance(found.get(key), int) and not isinstance(found.get(key), bool):
+            kept[key] = found[key]
+    return Overrides(**kept)  # type: ignore[arg-type]

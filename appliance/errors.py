@@ -38,6 +38,11 @@ class NotFound(ZdsError):
     code = "not_found"
 
 
+class DeviceMissing(NotFound):
+    """A block device to serve (a zvol's /dev link) is not there: udev has not made it
+    yet, or lost the event (the reconciler waits for it and re-triggers udev)."""
+
+
 class Conflict(ZdsError):
     """Name clash, resource in use, or a state that forbids the operation."""
 

@@ -27,15 +27,17 @@ DATASTORE_SETTINGS: tuple[str, ...] = (
 DATASTORE_USER_PROPERTIES: tuple[str, ...] = (
     "zds:managed", "zds:name", "zds:protocol", "zds:profile", "zds:thin", "zds:size",
     "zds:access", "zds:export_id", "zds:iqn", "zds:serial", "zds:labels", "zds:nqn",
+    "zds:overrides",
+    "zds:replication",  # set on a replica: not a datastore until promoted
 )
 DATASTORE_PROPERTIES: tuple[str, ...] = (
-    "type", "used", "available", "referenced", "compressratio", "mounted", "origin",
-    "creation", *DATASTORE_SETTINGS, *DATASTORE_USER_PROPERTIES,
+    "type", "used", "available", "referenced", "compressratio", "mounted", "canmount",
+    "origin", "creation", *DATASTORE_SETTINGS, *DATASTORE_USER_PROPERTIES,
 )
 # What the datastore list shows: native properties only (one `zfs list -o` line per
 # dataset) with the snapshot count ZFS keeps below POOL/datastores' snapshot_limit.
 VIEW_PROPERTIES: tuple[str, ...] = (
-    "type", "used", "available", "referenced", "compressratio", "mounted",
+    "type", "used", "available", "referenced", "compressratio", "mounted", "canmount",
     *DATASTORE_SETTINGS, "snapshot_count", "snapshot_limit",
 )
 # Set on POOL/datastores so ZFS keeps each dataset's snapshot_count (it counts only

@@ -12,7 +12,8 @@ What a transport provides (docs/architecture.md, "Transports"):
 - desired state: :meth:`zfs_properties`, :meth:`access_record`, :meth:`new_identity`,
   :meth:`check`, :meth:`desired`;
 - live state in a constant number of host calls: :meth:`read_live` (every datastore),
-  :meth:`read_for` (a few), :meth:`read_one`; :meth:`serving`, :meth:`clients`;
+  :meth:`read_for` (a few; :meth:`read_withdraw` to remove them), :meth:`read_one`;
+  :meth:`serving`, :meth:`clients`;
 - change: :meth:`plan` (desired vs live, pure), :meth:`apply`, :meth:`unserved` (when its
   daemon is down), :meth:`subjects` (what reports name), :meth:`resized` (after growth);
 - health: :meth:`available`, :meth:`health_detail`, :meth:`require`;
@@ -176,6 +177,12 @@ class Transport(ABC, Generic[DesiredT, LiveT]):
         """What the daemon serves of these datastores only (an incremental reconcile
         plans removals for nothing else): a lookup each, or one :meth:`read_live` beyond
         :data:`LOOKUP_LIMIT`."""
+
+    def read_withdraw(self, records: Sequence[DatastoreRecord]) -> LiveT:
+        """What the daemon still holds of these datastores, to withdraw them: what
+        :meth:`read_for` finds, and pieces a crash left without the object that owns
+        them (default: none such)."""
+        return self.read_for(records)
 
     @abstractmethod
     def read_one(self, rec: DatastoreRecord, clients: bool) -> LiveT:

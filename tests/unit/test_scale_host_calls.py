@@ -33,6 +33,7 @@ from appliance.model import (
     NfsClient,
     NvmeAccess,
 )
+from appliance.properties import user_properties
 from appliance.settings import Settings
 from appliance.transports.iscsi import backstore_name
 from appliance.transports.nfs import export_spec
@@ -75,6 +76,8 @@ class SimulatedHost:
                 iqn=f"iqn.2026-11.io.zds:zds-test.{name}" if lun else None,
                 nqn=None if nfs or lun else f"nqn.2026-11.io.zds:zds-test.{name}",
                 serial=None if nfs else f"6a1e5c3d-0000-4000-8000-{i:012d}", created=1.0))
+        # each dataset's zds:* as ZDS set them (filled in once the engine exists)
+        self.described: dict[str, dict[str, str]] = {}
         self.configfs = root / "configfs"
         self.nvmet = root / "nvmet"
         self.proc_net = root / "proc-net"
@@ -106,7 +109,8 @@ class SimulatedHost:
                   "mounted": "yes", "mountpoint": f"/{ds}", "creation": "1795316290",
                   "compression": "lz4", "sync": "standard", "zds:managed": "true",
                   "zds:name": rec.name, "zds:protocol": rec.spec.protocol,
-                  "snapshot_limit": "none", "snapshot_count": self.snapshots(rec)}
+                  "snapshot_limit": "none", "snapshot_count": self.snapshots(rec),
+                  **self.described.get(rec.name, {})}
         if is_zvol(rec):
             del values["mounted"], values["mountpoint"]
             values["volsize"] = str(rec.spec.size)
@@ -341,6 +345,8 @@ def engine_for(tmp_path: Path) -> Iterator[Callable[..., Made]]:
         engine = Engine.create(settings, hosts)
         for rec in sim.records:
             engine.store.put_datastore(rec)
+            sim.described[rec.name] = user_properties(
+                engine.ctx.transports.of(rec.spec.protocol), rec)
         made.append(engine)
         return engine, sim, reader
 
