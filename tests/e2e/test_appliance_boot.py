@@ -80,6 +80,20 @@ def test_kernel_nfs_server_is_carried_but_masked(appliance: E2EAppliance) -> Non
     assert owners.count("ganesha") >= 2, owners
 
 
+def test_cluster_stack_is_carried_but_inert(appliance: E2EAppliance) -> None:
+    """corosync, pacemaker, crmsh and fence_scsi are in the image for HA pairs (ansible
+    role ha); an appliance that is not in a pair runs none of them, and without a
+    corosync.conf (Debian's one-node sample is removed) corosync cannot even start."""
+    appliance.check("command -v corosync pacemakerd crm fence_scsi sg_persist iscsiadm")
+    _rc, state = appliance.exec("systemctl is-enabled corosync pacemaker logd")
+    assert state.split() == ["disabled", "disabled", "disabled"], state
+    _rc, active = appliance.exec("systemctl is-active corosync pacemaker logd")
+    assert active.split() == ["inactive", "inactive", "inactive"], active
+    appliance.check("test ! -e /etc/corosync/corosync.conf")
+    # the ha role's firewall drop-in is loaded with base's table
+    assert "corosync" in appliance.check("nft list chain inet zds input")
+
+
 def test_data_disks_have_their_serials(appliance: E2EAppliance) -> None:
     for i in (0, 1):
         appliance.check(f"test -b /dev/disk/by-id/virtio-zdsdata{i}")
