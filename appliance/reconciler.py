@@ -256,8 +256,11 @@ class Reconciler:
         plans = self._plan(self.desired(records, view), live)
         items += [DriftItem(a.kind, a.subject, a.reason, f"the reconcile does it ({RECONCILE})")
                   for _t, actions in plans for a in actions]
+        used = {t.name for t, recs in self.ctx.transports.grouped(records) if recs}
         for t in self.ctx.transports:
-            if not live.parts[t.name].up:
+            # a daemon that is down matters here only when datastores need it (health
+            # says it is down either way): a host without NVMe/TCP is not out of sync
+            if t.name in used and not live.parts[t.name].up:
                 items.append(DriftItem("unknown", t.daemon, f"{t.daemon} is not answering: "
                                                             "what it serves cannot be compared",
                                        t.health_detail(False)))

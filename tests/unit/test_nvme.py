@@ -318,3 +318,19 @@ def test_promote_keeps_the_identity_or_makes_a_new_one(tmp_path: Path) -> None:
     fresh, notes = t.promote_identity(source, False, [source], "ds1-copy")
     assert fresh.nqn == f"{PREFIX}:box.ds1-copy" and fresh.serial != source.serial
     assert "new NGUID" in notes[0]
+
+
+def test_a_target_that_is_down_is_drift_only_when_nvme_datastores_need_it(rig: Rig) -> None:
+    """A host without NVMe/TCP (no nvmet module) is not out of sync when nothing uses it;
+    health still says the target is down. With an NVMe datastore, drift says it cannot
+    compare. Which bug fails this: drift never in sync on a host without nvmet."""
+    rig.engine.datastores.put("nfs1", DatastoreRequest(
+        protocol="nfs3", size="1G", nfs_clients=[{"match": "192.0.2.0/24", "access": "rw"}]))
+    rig.hosts.nvmet.down = True
+    assert rig.engine.reconciler.drift() == []
+    rig.hosts.nvmet.down = False
+    rig.engine.datastores.put("ns1", DatastoreRequest(protocol="nvme-tcp", size="1G",
+                                                      nvme_hosts=[KVM1]))
+    rig.hosts.nvmet.down = True
+    items = rig.engine.reconciler.drift()
+    assert [(i.kind, i.subject) for i in items] == [("unknown", "the NVMe target")], items
