@@ -53,6 +53,10 @@ NVME_NO_DHCHAP = (
     "address the NVMe/TCP port listens on ([nvme] address in zds.toml) and the firewall; "
     "nothing was changed")
 
+# What a view shows of its dataset's properties (a set: looked up per property, per
+# datastore, at every list).
+_SETTINGS = frozenset(DATASTORE_SETTINGS)
+
 # How long a background job (delete) waits for the change lock.
 JOB_LOCK_WAIT = 3600.0
 
@@ -184,10 +188,8 @@ class DatastoreService:
         if q.limit is not None:
             records = records[:q.limit]
         prot = self.protection(records) if self.protection else {}
-        items = [replace(self._view(r, view.datasets.get(r.spec.dataset)
-                                    if view.available else None,
-                                    view.snapshots.get(r.spec.dataset, 0), live),
-                         protection=prot.get(r.name))
+        items = [self._view(r, view.datasets.get(r.spec.dataset) if view.available else None,
+                            view.snapshots.get(r.spec.dataset, 0), live, prot.get(r.name))
                  for r in records]
         age = max(0.0, self.reconciler.kept.wall() - kept.read_at)
         return Listing(items, records[-1].name if more and records else None,
@@ -221,8 +223,7 @@ class DatastoreService:
         snaps = 0 if new or info is None else \
             zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0)
         prot = self.protection([rec]).get(rec.name) if self.protection else None
-        return replace(self._view(rec, info, snaps, self.live_one(rec, clients=not new)),
-                       protection=prot)
+        return self._view(rec, info, snaps, self.live_one(rec, clients=not new), prot)
 
     def live_one(self, rec: DatastoreRecord, clients: bool = True) -> LiveState:
         """Whether one datastore is served and who uses it: a few host calls of its
@@ -257,8 +258,8 @@ class DatastoreService:
         return self.transport(rec).attach(rec, address, port, view.path)
 
     def _view(self, rec: DatastoreRecord, ds: DatasetInfo | None, snapshots: int,
-              live: LiveState) -> DatastoreView:
-        props = dict(ds.properties) if ds else {}
+              live: LiveState, protection: Protection | None = None) -> DatastoreView:
+        props = ds.properties if ds else {}
         path = device = None
         t = self.ctx.transports.get(rec.spec.protocol)
         if ds is not None and t is not None:
@@ -282,7 +283,7 @@ class DatastoreService:
             referenced=ds.int_prop("referenced") if ds else 0,
             compressratio=float(ratio) if re.fullmatch(r"\d+(\.\d+)?", ratio) else 1.0,
             properties={k: v for k, v in props.items()
-                        if k in DATASTORE_SETTINGS and v not in ("", "-")},
+                        if k in _SETTINGS and v not in ("", "-")},
             serving=serving,
             clients=live.clients(rec),
             snapshots=snapshots,
@@ -290,6 +291,7 @@ class DatastoreService:
             state=state,
             problem=problem,
             action=action,
+            protection=protection,
         )
 
     def _action(self, rec: DatastoreRecord) -> str | None:
