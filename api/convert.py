@@ -92,8 +92,10 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
         properties=v.properties, nfs=nfs, iscsi=iscsi, nvme=nvme,
         attach=s.AttachBody(**asdict(attach)) if attach else None,
         labels=dict(spec.labels),
-        overrides=s.OverridesBody.model_validate(asdict(spec.overrides)),
-        protection=s.ProtectionOut(**asdict(v.protection)) if v.protection else None,
+        # vars, not asdict: flat dataclasses, and asdict's deep copies were a tenth of
+        # the list's time at 1,000 datastores
+        overrides=s.OverridesBody.model_validate(vars(spec.overrides)),
+        protection=s.ProtectionOut(**vars(v.protection)) if v.protection else None,
         warnings=list(v.warnings),
     )
 

@@ -11,13 +11,14 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from appliance.errors import Busy
 from appliance.host.factory import HostAdapters
 from appliance.host.local import LocalHost
 from appliance.host.zfs import ZfsHost
 from appliance.jobs import JobManager
+from appliance.kept import ZfsChanges, observe
 from appliance.scheduler import Scheduler
 from appliance.settings import Settings
 from appliance.store import Store
@@ -76,6 +77,8 @@ class Context:
     jobs: JobManager
     scheduler: Scheduler  # the one clock: policies, replication, metrics register here
     transports: Transports  # what each protocol does, by spec.protocol
+    # what the engine changed in ZFS (hosts.zfs records it), for the list's kept read
+    zfs_changes: ZfsChanges = field(default_factory=ZfsChanges)
 
     @property
     def zfs(self) -> ZfsHost:
@@ -91,5 +94,9 @@ class Context:
         """``transports``: these instead of the registered ones (a test's own)."""
         store = store or Store(settings.db_path)
         jobs = JobManager(store)
+        # every change through the engine's ZFS adapter is recorded, whoever makes it
+        changes = ZfsChanges()
+        hosts = replace(hosts, zfs=observe(hosts.zfs, changes))
         return cls(settings, store, hosts, ChangeLock(settings.lock_timeout), jobs,
-                   Scheduler(store, jobs), Transports.build(settings, hosts, store, transports))
+                   Scheduler(store, jobs), Transports.build(settings, hosts, store, transports),
+                   changes)

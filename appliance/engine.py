@@ -68,7 +68,8 @@ class Engine:
         self.policies.after_snapshots.append(self.replication.after_snapshots)
         self.watcher = Watcher(
             self.reconciler, self.datastores.finish_interrupted,
-            ctx.settings.health_interval, ctx.settings.reconcile_interval)
+            ctx.settings.health_interval, ctx.settings.reconcile_interval,
+            ctx.settings.list_refresh_interval)
         self.start_report: rc.ReconcileReport | None = None
 
     @classmethod

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field, replace
+from functools import lru_cache
 from typing import Any, Literal
 
 Profile = Literal["vmware", "kvm"]
@@ -212,6 +213,7 @@ class InitiatorGroup:
         return tuple(i for i in self.initiators if i.startswith("nqn."))
 
 
+@lru_cache(maxsize=8192)  # a serial's WWN never changes; the list asks for each, each time
 def naa_wwn(serial: str) -> str:
     """The NAA-6 WWN LIO derives from a unit serial: LIO's IEEE company id 0x001405
     followed by the serial's first 25 hex digits (non-hex characters skipped)."""

@@ -34,7 +34,13 @@ from appliance import reconcile as rc
 from appliance.context import Context
 from appliance.errors import Unavailable, ZdsError
 from appliance.host.zfs import DatasetInfo, ZfsHost
-from appliance.model import DATASTORE_PARENT, DATASTORE_PROPERTIES, DatastoreRecord
+from appliance.kept import Kept, KeptRead, merged
+from appliance.model import (
+    DATASTORE_PARENT,
+    DATASTORE_PROPERTIES,
+    VIEW_PROPERTIES,
+    DatastoreRecord,
+)
 from appliance.transports.base import AnyTransport, Live
 from appliance.transports.registry import Transports
 from appliance.transports.storage import FILESYSTEM, RECONCILE, Problem
@@ -144,8 +150,51 @@ class Reconciler:
         self._status = Status(phase="starting", checked_at=0.0,
                               note="the API is starting: reconciling datastores")
         self._status_lock = threading.Lock()
+        # the list's ZFS read, kept by the watcher and read again where the engine
+        # changed something (appliance/kept.py)
+        self.kept: KeptRead[ZfsView] = KeptRead(
+            ctx.zfs_changes, self._read_view_zfs, self._read_view_some,
+            ctx.settings.list_refresh_interval, usable=lambda view: view.available)
 
     # --- reading (no lock; constant host calls) -------------------------------------
+
+    def read_view(self) -> tuple[Kept[ZfsView], LiveState]:
+        """What the datastore list shows: the kept ZFS read (with what the engine changed
+        since read again; see :class:`~appliance.kept.KeptRead`) beside a fresh read of
+        the daemons' live state (served or not, who is connected)."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="zds-read") as side:
+            live = side.submit(self.read_live, for_view=True)
+            kept = self.kept.get()
+            return kept, live.result()
+
+    def _read_view_zfs(self) -> ZfsView:
+        return self.read_zfs(snapshots=True, properties=VIEW_PROPERTIES)
+
+    def _read_view_some(self, view: ZfsView, names: Sequence[str]) -> ZfsView:
+        """``view`` with the datasets ``names`` read again, one ``zfs list`` each (and
+        their snapshot counts as :meth:`read_zfs` counts them); a dataset that is gone
+        is dropped."""
+        zfs = self.ctx.zfs
+        if not zfs.available():
+            return ZfsView(False, frozenset(), {}, {})
+        found: dict[str, DatasetInfo] = {}
+        counts = dict(view.snapshots)
+        for name in names:
+            counts.pop(name, None)
+            pool = name.split("/", 1)[0]
+            info = next((i for i in zfs.list_datasets(name, VIEW_PROPERTIES)
+                         if i.name == name), None) if pool in view.imported else None
+            if info is None:
+                continue
+            found[name] = info
+            head = view.datasets.get(f"{pool}/{DATASTORE_PARENT}")
+            if head is not None and head.prop("snapshot_limit", "none").isdigit():
+                count = info.int_prop("snapshot_count")
+            else:
+                count = zfs.snapshot_counts(name).get(name, 0)
+            if count:
+                counts[name] = count
+        return replace(view, datasets=merged(view.datasets, names, found), snapshots=counts)
 
     def read_zfs(self, snapshots: bool = False,
                  properties: Sequence[str] = DATASTORE_PROPERTIES) -> ZfsView:

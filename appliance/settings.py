@@ -25,6 +25,8 @@ Every key has a default, so a missing file means "defaults". Example::
     port_id = 1                  # its configfs port number
     [metrics]
     interval = 10      # seconds between collections; 0 turns the collector off
+    [datastores]
+    list_refresh_interval = 60   # seconds between refreshes of the list's ZFS read
     [firstboot]
     pool = "tank"
     disks = ["/dev/disk/by-id/virtio-zdsdata*"]
@@ -67,6 +69,10 @@ class Settings:
     nvme_port_id: int = 1
     # Seconds between background reconciles (0: only at start-up and on changes).
     reconcile_interval: float = 60.0
+    # Seconds between the watcher's refreshes of the ZFS read the datastore list answers
+    # from (issue 24; its changes the engine makes are seen at once); 0: every list reads
+    # ZFS. [datastores] list_refresh_interval
+    list_refresh_interval: float = 60.0
     # Seconds between the watcher's cheap checks (pools, daemons) that health answers from.
     health_interval: float = 10.0
     # Seconds a request waits for the change lock before a 503 "busy".
@@ -169,6 +175,8 @@ def load_settings(path: Path | None = None) -> Settings:
         max_overcommit=float(data.get("datastores", {}).get("max_overcommit",
                                                             base.max_overcommit)),
         metrics_interval=float(data.get("metrics", {}).get("interval", base.metrics_interval)),
+        list_refresh_interval=float(data.get("datastores", {}).get(
+            "list_refresh_interval", base.list_refresh_interval)),
         reconcile_interval=float(api.get("reconcile_interval", base.reconcile_interval)),
         health_interval=float(api.get("health_interval", base.health_interval)),
         lock_timeout=float(api.get("lock_timeout", base.lock_timeout)),

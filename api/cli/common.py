@@ -40,10 +40,12 @@ class Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self.http = httpx.Client(base_url=args.server.rstrip("/") + "/api/v1",
                                  headers=headers, verify=verify, timeout=660)
+        self.headers: dict[str, str] = {}  # the last answer's (the list's ZDS-ZFS-Age)
 
     def call(self, method: str, path: str, body: Any = None,
              params: dict[str, Any] | None = None) -> Any:
         resp = self.http.request(method, path, json=body, params=params)
+        self.headers = dict(resp.headers)
         if resp.status_code >= 400:
             try:
                 err = resp.json()["error"]

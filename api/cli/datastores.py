@@ -14,7 +14,12 @@ COLUMNS = ["name", "protocol", "pool", "size", "state", "serving", "connected_cl
 def cmd_datastore(args: argparse.Namespace) -> int:
     c = client(args)
     if args.ds_cmd == "list":
-        out(args, c.call("GET", "/datastores"), lambda rows: table(rows, COLUMNS))
+        params = {k: v for k, v in (("protocol", args.protocol), ("pool", args.pool),
+                                    ("label", args.label)) if v}
+        rows = c.call("GET", "/datastores", params=params or None)
+        age = c.headers.get("zds-zfs-age")
+        out(args, rows, lambda rows: table(rows, COLUMNS) + (
+            f"\n(usage and snapshots read {age} s ago)" if age else ""))
     elif args.ds_cmd == "get":
         out(args, c.call("GET", f"/datastores/{args.name}"), describe)
     elif args.ds_cmd == "put":
@@ -81,7 +86,11 @@ def describe(d: dict[str, Any]) -> str:
 def register(sub: Any) -> None:
     d = sub.add_parser("datastore", help="datastores (over the API)")
     dsub = d.add_subparsers(dest="ds_cmd", required=True)
-    dsub.add_parser("list")
+    dl = dsub.add_parser("list")
+    dl.add_argument("--protocol", choices=protocols(), help="only this protocol's")
+    dl.add_argument("--pool", help="only this pool's")
+    dl.add_argument("--label", action="append", metavar="KEY=VALUE",
+                    help="only those carrying this label (repeat: all of them)")
     dsub.add_parser("get").add_argument("name")
     da = dsub.add_parser("attach", help="esxcli commands and the libvirt pool XML")
     da.add_argument("name")

@@ -3,19 +3,67 @@
 from __future__ import annotations
 
 from typing import Annotated
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, Response, status
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep, server_address
 from api.routes.common import ERRORS, WaitQuery, job_response
+from appliance.errors import InvalidInput
+from appliance.services.datastores import ListQuery
 
 router = APIRouter(prefix="/datastores", tags=["datastores"], responses=ERRORS)
 
+# The list's headers (docs/api.md, "Listing datastores").
+AGE_HEADER = "ZDS-ZFS-Age"
+NEXT_HEADER = "ZDS-Next-After"
+LIST_HEADERS = {
+    AGE_HEADER: {"description": "seconds since the oldest ZFS figure in the answer (usage, "
+                                "properties, snapshots, online) was read: the list answers "
+                                "from a read the watcher refreshes ([datastores] "
+                                "list_refresh_interval, 60 s); what ZDS changed is read "
+                                "again at once", "schema": {"type": "number"}},
+    NEXT_HEADER: {"description": "with limit, when there are more: the after= of the next "
+                                 "page", "schema": {"type": "string"}},
+    "Link": {"description": 'with limit, when there are more: <next page URL>; rel="next"',
+             "schema": {"type": "string"}},
+}
 
-@router.get("", response_model=list[schemas.DatastoreOut])
-def list_datastores(engine: EngineDep, _: PrincipalDep) -> list[schemas.DatastoreOut]:
-    return [convert.datastore_out(v) for v in engine.datastores.list()]
+
+@router.get("", response_model=list[schemas.DatastoreOut],
+            responses={200: {"headers": LIST_HEADERS}})
+def list_datastores(
+        request: Request, response: Response, engine: EngineDep, _: PrincipalDep,
+        limit: Annotated[int | None, Query(ge=1, le=1000, description=(
+            "at most this many (a page; sorted by name)"))] = None,
+        after: Annotated[str | None, Query(description=(
+            "only names after this one: the last name of the previous page (its "
+            "ZDS-Next-After header)"))] = None,
+        protocol: Annotated[str | None, Query(description="only this protocol's")] = None,
+        pool: Annotated[str | None, Query(description="only this pool's")] = None,
+        label: Annotated[list[str] | None, Query(description=(
+            "key=value: only datastores carrying this label (repeat: all of them)"))] = None,
+) -> list[schemas.DatastoreOut]:
+    """Every datastore by name, or a page of them (``limit``, ``after``) and only those a
+    filter selects. Usage, properties and snapshot counts may be up to about two watcher
+    intervals old for changes ZDS did not make (written data, a ``zfs set`` by hand): the
+    ZDS-ZFS-Age header says how old; ``GET /datastores/{name}`` reads them now."""
+    pairs = []
+    for item in label or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidInput(f"invalid label selector {item!r}: key=value")
+        pairs.append((key, value))
+    listing = engine.datastores.listing(ListQuery(limit=limit, after=after, protocol=protocol,
+                                                  pool=pool, labels=tuple(pairs)))
+    response.headers[AGE_HEADER] = f"{listing.zfs_age:.1f}"
+    if listing.next_after is not None:
+        response.headers[NEXT_HEADER] = listing.next_after
+        params = [(k, v) for k, v in request.query_params.multi_items() if k != "after"]
+        url = request.url.replace(query=urlencode([*params, ("after", listing.next_after)]))
+        response.headers["Link"] = f'<{url}>; rel="next"'
+    return [convert.datastore_out(v) for v in listing.items]
 
 
 @router.get("/{name}", response_model=schemas.DatastoreOut)

@@ -28,7 +28,6 @@ from appliance.model import (
     DATASTORE_PROPERTIES,
     DATASTORE_SETTINGS,
     PROFILES,
-    VIEW_PROPERTIES,
     ChapSettings,
     DatastoreRecord,
     DatastoreSpec,
@@ -53,6 +52,10 @@ NVME_NO_DHCHAP = (
     "Access is restricted by the host NQN list (nvme.hosts and initiator groups), the "
     "address the NVMe/TCP port listens on ([nvme] address in zds.toml) and the firewall; "
     "nothing was changed")
+
+# What a view shows of its dataset's properties (a set: looked up per property, per
+# datastore, at every list).
+_SETTINGS = frozenset(DATASTORE_SETTINGS)
 
 # How long a background job (delete) waits for the change lock.
 JOB_LOCK_WAIT = 3600.0
@@ -117,6 +120,41 @@ class DatastoreView:
     action: str | None = None  # what repairs it (the reconcile itself, or a person)
 
 
+@dataclass(frozen=True)
+class ListQuery:
+    """Which datastores a list shows, by name: those after ``after`` (a cursor: the last
+    name of the previous page, which need not exist any more), at most ``limit`` of
+    them, only ``protocol``'s, ``pool``'s and those carrying every label of
+    ``labels``. The default is every datastore."""
+
+    limit: int | None = None
+    after: str | None = None
+    protocol: str | None = None
+    pool: str | None = None
+    labels: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, rec: DatastoreRecord) -> bool:
+        if self.after is not None and rec.name <= self.after:
+            return False
+        if self.protocol is not None and rec.spec.protocol != self.protocol:
+            return False
+        if self.pool is not None and rec.spec.pool != self.pool:
+            return False
+        have = dict(rec.spec.labels)
+        return all(have.get(k) == v for k, v in self.labels)
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A list's answer: the page, the cursor of the next one, and how old its ZFS figures
+    (usage, properties, snapshot counts, online) may be."""
+
+    items: builtins.list[DatastoreView]
+    next_after: str | None  # pass as ``after`` for the next page (None: no more)
+    zfs_read_at: float  # time.time() when the oldest ZFS figure shown was read
+    zfs_age: float  # seconds since then
+
+
 class DatastoreService:
     def __init__(self, ctx: Context, reconciler: Reconciler, pools: PoolService,
                  protection: ProtectionSource | None = None) -> None:
@@ -133,16 +171,46 @@ class DatastoreService:
 
     # --- reading (no lock; the same host calls for any number of datastores) --------
 
-    def list(self) -> list[DatastoreView]:
-        view, live = self.reconciler.read(snapshots=True, properties=VIEW_PROPERTIES,
-                                          for_view=True)
-        records = self.ctx.store.list_datastores()
+    def list(self, query: ListQuery | None = None) -> builtins.list[DatastoreView]:
+        """Every datastore (or ``query``'s), by name: :meth:`listing`'s items."""
+        return self.listing(query).items
+
+    def listing(self, query: ListQuery | None = None) -> Listing:
+        """The datastores ``query`` selects (all by default), by name. ZFS figures come
+        from the reconciler's kept read (what the engine changed since is read again;
+        the rest is at most about two watcher intervals old, said in ``zfs_age``); what
+        is served and who is connected is read now."""
+        q = self.check_query(query or ListQuery())
+        kept, live = self.reconciler.read_view()
+        view = kept.view
+        records = [r for r in self.ctx.store.list_datastores() if q.matches(r)]
+        more = q.limit is not None and len(records) > q.limit
+        if q.limit is not None:
+            records = records[:q.limit]
         prot = self.protection(records) if self.protection else {}
-        return [replace(self._view(r, view.datasets.get(r.spec.dataset)
-                                   if view.available else None,
-                                   view.snapshots.get(r.spec.dataset, 0), live),
-                        protection=prot.get(r.name))
-                for r in records]
+        items = [self._view(r, view.datasets.get(r.spec.dataset) if view.available else None,
+                            view.snapshots.get(r.spec.dataset, 0), live, prot.get(r.name))
+                 for r in records]
+        age = max(0.0, self.reconciler.kept.wall() - kept.read_at)
+        return Listing(items, records[-1].name if more and records else None,
+                       kept.read_at, age)
+
+    def check_query(self, q: ListQuery) -> ListQuery:
+        """``q`` with its values checked (InvalidInput names the wrong one)."""
+        if q.limit is not None and q.limit < 1:
+            raise InvalidInput(f"invalid limit {q.limit}: at least 1")
+        if q.after is not None:
+            validate.resource_name(q.after, "cursor (after)")
+        if q.protocol is not None:
+            self.ctx.transports.of(q.protocol)
+        if q.pool is not None:
+            validate.pool_name(q.pool)
+        keys = [k for k, _v in q.labels]
+        for key in keys:
+            if keys.count(key) > 1:
+                raise InvalidInput(f"label {key!r} is selected twice: a datastore carries "
+                                   "one value of each label")
+        return replace(q, labels=validate.labels(dict(q.labels)))
 
     def get(self, name: str) -> DatastoreView:
         return self.view_of(self.record(name))
@@ -155,8 +223,7 @@ class DatastoreService:
         snaps = 0 if new or info is None else \
             zfs.snapshot_counts(rec.spec.dataset).get(rec.spec.dataset, 0)
         prot = self.protection([rec]).get(rec.name) if self.protection else None
-        return replace(self._view(rec, info, snaps, self.live_one(rec, clients=not new)),
-                       protection=prot)
+        return self._view(rec, info, snaps, self.live_one(rec, clients=not new), prot)
 
     def live_one(self, rec: DatastoreRecord, clients: bool = True) -> LiveState:
         """Whether one datastore is served and who uses it: a few host calls of its
@@ -191,8 +258,8 @@ class DatastoreService:
         return self.transport(rec).attach(rec, address, port, view.path)
 
     def _view(self, rec: DatastoreRecord, ds: DatasetInfo | None, snapshots: int,
-              live: LiveState) -> DatastoreView:
-        props = dict(ds.properties) if ds else {}
+              live: LiveState, protection: Protection | None = None) -> DatastoreView:
+        props = ds.properties if ds else {}
         path = device = None
         t = self.ctx.transports.get(rec.spec.protocol)
         if ds is not None and t is not None:
@@ -216,7 +283,7 @@ class DatastoreService:
             referenced=ds.int_prop("referenced") if ds else 0,
             compressratio=float(ratio) if re.fullmatch(r"\d+(\.\d+)?", ratio) else 1.0,
             properties={k: v for k, v in props.items()
-                        if k in DATASTORE_SETTINGS and v not in ("", "-")},
+                        if k in _SETTINGS and v not in ("", "-")},
             serving=serving,
             clients=live.clients(rec),
             snapshots=snapshots,
@@ -224,6 +291,7 @@ class DatastoreService:
             state=state,
             problem=problem,
             action=action,
+            protection=protection,
         )
 
     def _action(self, rec: DatastoreRecord) -> str | None:

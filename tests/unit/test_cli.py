@@ -62,7 +62,10 @@ def test_datastore_lifecycle_from_the_cli(capsys: pytest.CaptureFixture[str],
     assert rc == 0 and "target iqn.2026-11.io.zds:zds-demo.lun1" in out
     rc, out = zds(capsys, server, "datastore", "list")
     assert out.splitlines()[0].split()[:3] == ["NAME", "PROTOCOL", "POOL"]
-    assert {line.split()[0] for line in out.splitlines()[1:]} == {"ds1", "lun1"}
+    assert {line.split()[0] for line in out.splitlines()[1:-1]} == {"ds1", "lun1"}
+    assert out.splitlines()[-1].startswith("(usage and snapshots read ")
+    rc, out = zds(capsys, server, "--json", "datastore", "list", "--protocol", "iscsi")
+    assert [d["name"] for d in json.loads(out)] == ["lun1"]
     rc, out = zds(capsys, server, "datastore", "attach", "ds1")
     assert "esxcli storage nfs add" in out and "<pool type='netfs'>" in out
     rc, out = zds(capsys, server, "datastore", "attach", "lun1", "--address", "127.0.0.1",

@@ -455,3 +455,18 @@ def test_the_list_counts_snapshots_with_the_properties_when_zfs_keeps_counts(
     listed = [a for a in sim.runner.calls[before:] if a[:2] == ("zfs", "list")]
     snapshot_lists = [a for a in listed if "snapshot" in a]
     assert len(snapshot_lists) == (0 if counting else 1), listed
+
+
+def test_lists_in_a_row_read_zfs_once(engine_for: Callable[..., Made]) -> None:
+    """The list answers from the ZFS read the watcher keeps (issue 24): after the first,
+    the lists in a row run no zfs/zpool command at all, at any N; what is served and who
+    is connected is still read each time."""
+    engine, sim, _ = engine_for(200)
+    engine.datastores.list()
+    before = len(sim.runner.calls)
+    for _ in range(3):
+        views = engine.datastores.list()
+        assert len(views) == 200 and all(v.used == 98304 for v in views)
+    calls = sim.runner.calls[before:]
+    assert not [a for a in calls if a[0] in ("zfs", "zpool")], calls
+    assert any(a[0] == "dbus-send" for a in calls), "the daemons' state is read each time"
