@@ -164,6 +164,7 @@ class Engine:
         running are recorded as interrupted (then cancelled) while the store is open."""
         self.ctx.scheduler.stop()
         self.watcher.stop()
+        self.datastores.close()
         self.ctx.jobs.shutdown()
 
     def close(self) -> None:

@@ -20,15 +20,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from appliance.errors import Conflict, NotFound, ZdsError
 from appliance.store import Store
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 JobState = Literal["queued", "running", "succeeded", "failed", "cancelled"]
 FINISHED: tuple[JobState, ...] = ("succeeded", "failed", "cancelled")
 # An async wait re-reads its job at least this often even if nothing woke it (a safety
@@ -139,6 +140,34 @@ class JobManager:
         ctx = JobContext(job_id, self)
         self._contexts[job_id] = ctx
         (self._long if long else self._pool).submit(self._run, ctx, fn)
+        return self.get(job_id)
+
+    def track(self, kind: str, target: str | None, work: Future[T],
+              result_of: Callable[[T], dict[str, Any]], message: str = "") -> Job:
+        """A job that follows ``work``, already under way elsewhere (a queued datastore
+        create): recorded as running now, finished when ``work`` is, with ``result_of``
+        its result or its error. No worker waits for it."""
+        job_id = uuid.uuid4().hex
+        now = time.time()
+        with self.store.connect() as db:
+            db.execute(
+                "INSERT INTO jobs (id, kind, target, state, message, created, started) "
+                "VALUES (?,?,?,?,?,?,?)",
+                (job_id, kind, target, "running", message, now, now),
+            )
+
+        def done(finished: Future[T]) -> None:
+            exc = finished.exception()
+            if exc is None:
+                self._finish(job_id, "succeeded", result_of(finished.result()), None)
+            elif isinstance(exc, ZdsError):
+                self._finish(job_id, "failed", None,
+                             {"code": exc.code, "message": exc.message, "detail": exc.detail})
+            else:
+                self._finish(job_id, "failed", None,
+                             {"code": "internal", "message": f"{type(exc).__name__}: {exc}"})
+
+        work.add_done_callback(done)
         return self.get(job_id)
 
     def _run(self, ctx: JobContext, fn: JobFunction) -> None:

@@ -200,8 +200,9 @@ class Scheduler:
                 except Exception:
                     log.exception("scheduler tick failed")
 
-        self._thread = threading.Thread(target=loop, name="zds-scheduler", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=loop, name="zds-scheduler", daemon=True)
+        thread.start()  # started before it is published: stop() may run from another
+        self._thread = thread  # thread (the API stopping while start-up still runs)
 
     def stop(self) -> None:
         self._stop.set()

@@ -8,8 +8,9 @@ Every key has a default, so a missing file means "defaults". Example::
     tls = true
     max_body = 1048576            # bytes of a request body (413 beyond)
     max_result_body = 67108864    # ... of POST /api/v1/probes/results (client probe results)
-    max_in_flight = 128           # requests answered at once (503 busy beyond)
-    max_per_token = 16            # ... by one token (429 beyond)
+    max_in_flight = 256           # requests answered at once (503 busy beyond)
+    max_per_token = 128           # ... by one token (429 beyond)
+    create_queue_limit = 256      # datastore creates waiting their turn (503 busy beyond)
     limit_concurrency = 512       # connections uvicorn accepts at once
     [state]
     dir = "/var/lib/zds"
@@ -88,8 +89,12 @@ class Settings:
     # takes at once (its own plain 503 beyond: above max_in_flight, so ours comes first).
     max_body: int = 1 << 20
     max_result_body: int = 64 << 20
-    max_in_flight: int = 128
-    max_per_token: int = 16
+    max_in_flight: int = 256
+    # half: one token (a script long-polling jobs, or a provisioning storm) never takes
+    # all the capacity, and a storm of 100 creates from one tool is still accepted
+    max_per_token: int = 128
+    # Datastore creates queued for the writer (services/create_queue.py; 503 busy beyond)
+    create_queue_limit: int = 256
     limit_concurrency: int = 512
     # Address put into attach instructions when the request does not tell one.
     public_address: str | None = None
@@ -162,6 +167,8 @@ def load_settings(path: Path | None = None) -> Settings:
         max_result_body=_positive_int(path, api, "max_result_body", base.max_result_body),
         max_in_flight=_positive_int(path, api, "max_in_flight", base.max_in_flight),
         max_per_token=_positive_int(path, api, "max_per_token", base.max_per_token),
+        create_queue_limit=_positive_int(path, api, "create_queue_limit",
+                                         base.create_queue_limit),
         limit_concurrency=_positive_int(path, api, "limit_concurrency",
                                         base.limit_concurrency),
         nfs_server=nfs_server,

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import asyncio
+from concurrent.futures import Future
+from typing import Annotated, Any
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, Query, Request, Response, status
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep, server_address
 from api.routes.common import ERRORS, WaitQuery, job_response
 from appliance.errors import InvalidInput
-from appliance.services.datastores import ListQuery
+from appliance.services.datastores import DatastoreView, ListQuery
 
 router = APIRouter(prefix="/datastores", tags=["datastores"], responses=ERRORS)
 
@@ -74,16 +78,44 @@ def get_datastore(name: str, request: Request, engine: EngineDep,
                                                                 view))
 
 
-@router.put("/{name}", response_model=schemas.DatastoreOut,
-            responses={201: {"model": schemas.DatastoreOut, "description": "created"}})
-def put_datastore(name: str, body: schemas.DatastorePut, request: Request, response: Response,
-                  engine: EngineDep, _: PrincipalDep) -> schemas.DatastoreOut:
+@router.put("/{name}", response_model=schemas.DatastoreOut, responses={
+    201: {"model": schemas.DatastoreOut, "description": "created"},
+    202: {"model": schemas.JobOut,
+          "description": "a create queued behind others for longer than the request "
+                         "waits (`lock_timeout`, 60 s): it completes in order; follow the "
+                         "job (Location), then GET the datastore"}})
+async def put_datastore(name: str, body: schemas.DatastorePut, request: Request,
+                        response: Response, engine: EngineDep,
+                        _: PrincipalDep) -> schemas.DatastoreOut | JSONResponse:
     """Creates the dataset/zvol, the export or LUN, and returns attach instructions.
-    Idempotent: the same body again changes nothing (200)."""
-    view, created = engine.datastores.put(name, convert.datastore_request(body))
+    Idempotent: the same body again changes nothing (200). Creates sent together are
+    made together; one still queued after `lock_timeout` answers 202 with its job."""
+    started = await run_in_threadpool(engine.datastores.put_start, name,
+                                      convert.datastore_request(body))
+    if isinstance(started, Future):
+        try:  # shielded: a request that stops waiting leaves the create queued
+            view, created = await asyncio.wait_for(
+                asyncio.shield(asyncio.wrap_future(started)), engine.settings.lock_timeout)
+        except TimeoutError:
+            job = await run_in_threadpool(
+                engine.jobs.track, "datastore.create", name, started, _created,
+                f"creating datastore {name} (queued behind other creates)")
+            return JSONResponse(status_code=status.HTTP_202_ACCEPTED,
+                                content=convert.job_out(job).model_dump(mode="json"),
+                                headers={"Location": f"/api/v1/jobs/{job.id}"})
+    else:
+        view, created = started
     response.status_code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
-    return convert.datastore_out(view, engine.datastores.attach(name, server_address(request),
-                                                                view))
+    attach = await run_in_threadpool(engine.datastores.attach, name,
+                                      server_address(request), view)
+    return convert.datastore_out(view, attach)
+
+
+def _created(outcome: tuple[DatastoreView, bool]) -> dict[str, Any]:
+    """A queued create's job result: which datastore, and how it ended."""
+    view, created = outcome
+    return {"datastore": view.record.name, "created": created, "state": view.state,
+            "serving": view.serving}
 
 
 @router.delete("/{name}", status_code=202, response_model=schemas.JobOut)

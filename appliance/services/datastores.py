@@ -7,6 +7,7 @@ import logging
 import re
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -39,6 +40,7 @@ from appliance.model import (
 )
 from appliance.policies.protection import Protection, ProtectionSource
 from appliance.reconciler import LiveState, Reconciler
+from appliance.services.create_queue import CreateQueue, PendingCreate
 from appliance.services.pools import PoolService
 from appliance.transports.base import AnyTransport
 from appliance.transports.storage import RECONCILE
@@ -155,6 +157,11 @@ class Listing:
     zfs_age: float  # seconds since then
 
 
+# A PUT's answer: the datastore's view, and whether this PUT created it.
+PutOutcome = tuple[DatastoreView, bool]
+Pending = PendingCreate[PutOutcome]
+
+
 class DatastoreService:
     def __init__(self, ctx: Context, reconciler: Reconciler, pools: PoolService,
                  protection: ProtectionSource | None = None) -> None:
@@ -168,6 +175,13 @@ class DatastoreService:
         self.create_finishers: builtins.list[Callable[[DatastoreRecord], bool]] = []
         # snapshot policies' last good snapshot per datastore (read from SQLite)
         self.protection = protection
+        # creates that arrive together are made together (services/create_queue.py)
+        self.creates: CreateQueue[PutOutcome] = CreateQueue(self._create_batch, ctx.lock,
+                                   limit=ctx.settings.create_queue_limit)
+
+    def close(self) -> None:
+        """The API is stopping: creates still queued fail (nothing of them was made)."""
+        self.creates.close()
 
     # --- reading (no lock; the same host calls for any number of datastores) --------
 
@@ -426,19 +440,74 @@ class DatastoreService:
 
     # --- writing --------------------------------------------------------------------
 
-    def put(self, name: str, req: DatastoreRequest) -> tuple[DatastoreView, bool]:
-        """Creates or updates the datastore; returns (view, created)."""
+    def put(self, name: str, req: DatastoreRequest) -> PutOutcome:
+        """Creates or updates the datastore; returns (view, created). A create waits for
+        its turn in the queue however long it takes (the API waits a bounded time
+        instead: :meth:`put_start`)."""
+        started = self.put_start(name, req)
+        return started.result() if isinstance(started, Future) else started
+
+    def put_start(self, name: str, req: DatastoreRequest) -> PutOutcome | Future[PutOutcome]:
+        """Validates the PUT, then updates an existing datastore at once (under the lock)
+        or queues the create of a new one: (view, created), or the queued create's
+        future. Invalid input is refused here, before anything is queued."""
         spec = self.validate_request(name, req)
+        if self.ctx.store.get_datastore(name) is None:
+            self._check_groups(spec)
+            return self.creates.submit(spec)
         with self.ctx.lock.hold(f"PUT datastore {name}"):
-            for group in spec.initiator_groups:  # deleted since validation?
-                if self.ctx.store.get_group(group) is None:
-                    raise NotFound(f"initiator group {group!r} not found")
+            self._check_groups(spec)  # deleted since validation?
             existing = self.ctx.store.get_datastore(name)
             if existing is not None:
                 view, created = self._update(existing, spec), False
-            else:
+            else:  # deleted meanwhile: made now, as the PUT says
                 view, created = self._create(spec), True
-        return replace(view, warnings=self.space_warnings(spec.pool)), created
+        return self._answered(view), created
+
+    def _answered(self, view: DatastoreView) -> DatastoreView:
+        return replace(view, warnings=self.space_warnings(view.record.spec.pool))
+
+    def _check_groups(self, spec: DatastoreSpec) -> None:
+        for group in spec.initiator_groups:
+            if self.ctx.store.get_group(group) is None:
+                raise NotFound(f"initiator group {group!r} not found")
+
+    def _create_batch(self, batch: builtins.list[Pending]) -> None:
+        """The create queue's writer, with the lock held: the batch's intents recorded
+        and checked one after another (each sees the space the earlier ones promised),
+        then each dataset made, then one reconcile serving them all. A create that fails
+        is undone and fails alone; a name that exists by now is an update."""
+        begun: builtins.list[tuple[Pending, DatastoreRecord]] = []
+        thick = 0  # bytes thick creates of this batch will reserve, not yet in ZFS
+        for item in batch:
+            try:
+                self._check_groups(item.spec)
+                existing = self.ctx.store.get_datastore(item.spec.name)
+                if existing is not None:
+                    item.resolve((self._answered(self._update(existing, item.spec)), False))
+                    continue
+                begun.append((item, self._begin_create(item.spec, reserved=thick)))
+                thick += 0 if item.spec.thin else item.spec.size
+            except Exception as exc:
+                item.fail(exc)
+        made: builtins.list[tuple[Pending, DatastoreRecord]] = []
+        for item, rec in begun:
+            try:
+                self.create_dataset(rec)
+                rec = rec.with_state("ready")
+                self.ctx.store.put_datastore(rec)
+                made.append((item, rec))
+            except Exception as exc:
+                self._undo_create(rec)
+                item.fail(exc)
+        report = self.reconciler.datastores([rec for _, rec in made])
+        for item, rec in made:
+            failures = report.failures_for(*self.transport(rec).subjects(rec), "zfs")
+            if failures:
+                self._undo_create(rec)
+                item.fail(Unavailable("could not serve the datastore: " + "; ".join(failures)))
+            else:
+                item.resolve((self._answered(self.view_of(rec, new=True)), True))
 
     def space_warnings(self, pool: str) -> tuple[str, ...]:
         """What an admin should know after promising more space on ``pool``."""
@@ -457,12 +526,12 @@ class DatastoreService:
             raise Unavailable("ZFS is not available on this appliance (module not loaded?)")
         self.ctx.transports.of(spec.protocol).require()
 
-    def _check_space(self, spec: DatastoreSpec, already: int = 0) -> None:
+    def _check_space(self, spec: DatastoreSpec, already: int = 0, reserved: int = 0) -> None:
         root = self.ctx.zfs.get_dataset(spec.pool, ("used", "available"))
         if root is None:
             raise NotFound(f"pool {spec.pool!r} not found")
-        available = root.int_prop("available")
-        capacity = available + root.int_prop("used")
+        available = root.int_prop("available") - reserved
+        capacity = root.int_prop("available") + root.int_prop("used")
         growth = spec.size - already
         if not spec.thin and growth > available:
             raise InsufficientSpace(
@@ -481,27 +550,8 @@ class DatastoreService:
                 detail={"capacity": capacity, "promised": promised, "overcommit": ratio})
 
     def _create(self, spec: DatastoreSpec, origin: str | None = None) -> DatastoreView:
-        zfs = self.ctx.zfs
-        self._require_service(spec)
-        existing_ds = zfs.get_dataset(spec.dataset, ("type",))
-        if existing_ds is not None:
-            raise Conflict(f"dataset {spec.dataset} already exists and is not a ZDS datastore "
-                           "known here (import it or choose another name)")
-        if origin is None:
-            self._check_space(spec)
+        rec = self._begin_create(spec, origin)
         transport = self.ctx.transports.of(spec.protocol)
-        identity = transport.new_identity(spec)
-        rec = DatastoreRecord(
-            spec=spec,
-            state="creating",
-            export_id=identity.export_id,
-            iqn=identity.iqn,
-            serial=identity.serial,
-            nqn=identity.nqn,
-            origin=origin,
-            created=time.time(),
-        )
-        self.ctx.store.put_datastore(rec)  # intent first: a crash is finished at start-up
         try:
             self.create_dataset(rec)
             rec = rec.with_state("ready")
@@ -514,6 +564,33 @@ class DatastoreService:
             self._undo_create(rec)
             raise
         return self.view_of(rec, new=True)
+
+    def _begin_create(self, spec: DatastoreSpec, origin: str | None = None,
+                      reserved: int = 0) -> DatastoreRecord:
+        """Checks a create (service up, name free in ZFS, space with ``reserved`` bytes
+        already spoken for) and records its intent: a crash after this is finished or
+        undone at start-up. Nothing is recorded when a check refuses."""
+        zfs = self.ctx.zfs
+        self._require_service(spec)
+        existing_ds = zfs.get_dataset(spec.dataset, ("type",))
+        if existing_ds is not None:
+            raise Conflict(f"dataset {spec.dataset} already exists and is not a ZDS datastore "
+                           "known here (import it or choose another name)")
+        if origin is None:
+            self._check_space(spec, reserved=reserved)
+        identity = self.ctx.transports.of(spec.protocol).new_identity(spec)
+        rec = DatastoreRecord(
+            spec=spec,
+            state="creating",
+            export_id=identity.export_id,
+            iqn=identity.iqn,
+            serial=identity.serial,
+            nqn=identity.nqn,
+            origin=origin,
+            created=time.time(),
+        )
+        self.ctx.store.put_datastore(rec)  # intent first: a crash is finished at start-up
+        return rec
 
     def _undo_create(self, rec: DatastoreRecord) -> None:
         """Back to nothing after a failed create (best effort; reconcile finishes it)."""

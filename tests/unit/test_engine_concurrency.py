@@ -39,33 +39,71 @@ def _client(rig: Rig, start: bool) -> TestClient:
     return c
 
 
-def test_a_change_behind_a_held_lock_is_a_clear_503_and_changes_nothing(quick_rig: Rig) -> None:
-    rig = quick_rig
-    rig.engine.start()
+def _held(rig: Rig, what: str) -> tuple[threading.Thread, threading.Event]:
+    """The change lock held by another thread for ``what`` until the event is set."""
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with rig.engine.ctx.lock.hold("a slow reconcile"):
+        with rig.engine.ctx.lock.hold(what):
             held.set()
             release.wait(10)
 
     t = threading.Thread(target=hold)
     t.start()
     held.wait(5)
+    return t, release
+
+
+def test_a_change_behind_a_held_lock_is_a_clear_503_and_changes_nothing(quick_rig: Rig) -> None:
+    rig = quick_rig
+    rig.engine.start()
+    rig.engine.datastores.put("ds", _nfs())
+    t, release = _held(rig, "a slow reconcile")
     try:
         with _client(rig, start=False) as c:
             t0 = time.monotonic()
-            r = c.put(f"{API}/datastores/ds", json=nfs_body())
+            r = c.put(f"{API}/datastores/ds", json={**nfs_body(), "size": "2G"})
             waited = time.monotonic() - t0
             assert r.status_code == 503, r.text
             err = r.json()["error"]
             assert err["code"] == "busy" and "a slow reconcile" in err["message"]
             assert err["detail"]["holder"] == "a slow reconcile"
             assert 0.25 < waited < 5
-            assert rig.engine.store.get_datastore("ds") is None
+            rec = rig.engine.store.get_datastore("ds")
+            assert rec is not None and rec.spec.size == 1 << 30  # unchanged
             # reads do not queue behind the lock
             assert c.get(f"{API}/datastores").status_code == 200
             assert c.get(f"{API}/system/health").status_code == 200
+    finally:
+        release.set()
+        t.join()
+
+
+def test_a_create_behind_a_held_lock_is_accepted_as_a_job_that_completes(
+        quick_rig: Rig) -> None:
+    """Issue 24.1: a create that waits past lock_timeout is a 202 with its job, not a 503;
+    it is made once the lock frees, in order."""
+    rig = quick_rig
+    rig.engine.start()
+    t, release = _held(rig, "a slow reconcile")
+    try:
+        with _client(rig, start=False) as c:
+            r = c.put(f"{API}/datastores/ds", json=nfs_body())
+            assert r.status_code == 202, r.text
+            job = r.json()
+            assert r.headers["Location"] == f"/api/v1/jobs/{job['id']}"
+            assert (job["kind"], job["target"], job["state"]) == ("datastore.create", "ds",
+                                                                  "running")
+            assert c.get(f"{API}/datastores/ds").status_code == 404  # not begun yet
+            release.set()
+            done = c.get(f"{API}/jobs/{job['id']}", params={"wait": 10}).json()
+            assert done["state"] == "succeeded", done
+            assert done["result"] == {"datastore": "ds", "created": True, "state": "ready",
+                                      "serving": True}
+            got = c.get(f"{API}/datastores/ds").json()
+            assert (got["state"], got["serving"]) == ("ready", True)
+            # the same PUT again: nothing to do, 200 at once
+            assert c.put(f"{API}/datastores/ds", json=nfs_body()).status_code == 200
     finally:
         release.set()
         t.join()

@@ -85,13 +85,14 @@ def test_writing_the_nfs_server_keeps_the_rest_of_the_file(tmp_path: Path) -> No
 def test_the_api_limits_come_from_the_api_table(tmp_path: Path) -> None:
     f = tmp_path / "zds.toml"
     f.write_text("[api]\nmax_body = 2048\nmax_result_body = 4096\nmax_in_flight = 8\n"
-                 "max_per_token = 2\nlimit_concurrency = 32\n")
+                 "max_per_token = 2\nlimit_concurrency = 32\ncreate_queue_limit = 5\n")
     s = load_settings(f)
     assert (s.max_body, s.max_result_body, s.max_in_flight, s.max_per_token,
-            s.limit_concurrency) == (2048, 4096, 8, 2, 32)
+            s.limit_concurrency, s.create_queue_limit) == (2048, 4096, 8, 2, 32, 5)
     d = Settings()
     assert (d.max_body, d.max_result_body, d.max_in_flight, d.max_per_token,
-            d.limit_concurrency) == (1 << 20, 64 << 20, 128, 16, 512)
+            d.limit_concurrency, d.create_queue_limit) == (1 << 20, 64 << 20, 256, 128,
+                                                           512, 256)
     for bad in ("0", '"1M"', "-5", "true", "1.5"):
         f.write_text(f"[api]\nmax_body = {bad}\n")
         with pytest.raises(InvalidInput, match=r"\[api\] max_body"):
