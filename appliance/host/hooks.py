@@ -21,7 +21,10 @@ from appliance.errors import InvalidInput, Unavailable, ZdsError
 from appliance.host.run import Runner
 
 KEEP_OUTPUT = 4096
-_ARG = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
+MAX_ARGS = 64
+MAX_ARG_LENGTH = 1024
+ARG = r"[^\x00-\x1f\x7f]*"  # no control characters
+_ARG = re.compile(ARG)
 _PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}")
 
 
@@ -61,10 +64,10 @@ def _tail(text: str) -> str:
 
 
 def check_args(argv: Sequence[str]) -> None:
-    if not argv or len(argv) > 64:
+    if not argv or len(argv) > MAX_ARGS:
         raise InvalidInput("a hook is a list of 1-64 strings: the program and its arguments")
     for a in argv:
-        if not isinstance(a, str) or not _ARG.fullmatch(a):
+        if not isinstance(a, str) or not _ARG.fullmatch(a) or len(a) > MAX_ARG_LENGTH:
             raise InvalidInput(f"hook argument {a!r}: up to 1024 characters, no control "
                                "characters")
 

@@ -26,11 +26,16 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from appliance.errors import InvalidInput
+from appliance.patterns import anchored, int_range, no_case
 
 MIN_INTERVAL = 10  # seconds; the scheduler ticks every second, runs take a few seconds
 MAX_INTERVAL = 366 * 86400
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_INTERVAL = re.compile(r" *(\d+) *([smhdw]?) *")
+_INTERVAL = re.compile(r" *([0-9]+) *([smhdw]?) *")
+TIMEZONE = r"[A-Za-z0-9_+-][A-Za-z0-9_+/-]{0,63}"  # an IANA name's characters, no '/' first
+# cron fields are printable ASCII without blanks (what str.split() leaves as five words);
+# cronsim judges the rest (ranges, names, steps, a day that never comes)
+CRON_SHAPE = r" *[!-~]+(?: +[!-~]+){4} *"
 
 
 def parse_interval(value: int | str) -> int:
@@ -52,14 +57,29 @@ def parse_interval(value: int | str) -> int:
 
 def zone(name: str) -> ZoneInfo:
     """An IANA time zone (``Europe/Berlin``, ``UTC``), or InvalidInput."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_+\-/]{1,64}", name) \
-            or ".." in name or name.startswith("/"):
+    if not isinstance(name, str) or not re.fullmatch(TIMEZONE, name):
         raise InvalidInput(f"invalid time zone {name!r}: an IANA name such as Europe/Berlin")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
         raise InvalidInput(f"unknown time zone {name!r}: an IANA name such as "
                            "Europe/Berlin or UTC") from None
+
+
+def interval_pattern() -> str:
+    """The interval strings :func:`parse_interval` takes (within its limits), for the
+    OpenAPI document: a whole number of seconds, minutes, hours, days or weeks."""
+    forms = []
+    for unit, seconds in _UNITS.items():
+        lo, hi = -(-MIN_INTERVAL // seconds), MAX_INTERVAL // seconds
+        suffix = f"{no_case(unit)}?" if unit == "s" else no_case(unit)
+        forms.append(f"{int_range(lo, hi)} *{suffix}")
+    return anchored(" *(?:" + "|".join(forms) + ") *")
+
+
+INTERVAL_PATTERN = interval_pattern()
+TIMEZONE_PATTERN = anchored(TIMEZONE)
+CRON_PATTERN = anchored(CRON_SHAPE)
 
 
 @dataclass(frozen=True)

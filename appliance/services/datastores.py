@@ -240,14 +240,16 @@ class DatastoreService:
             sync=validate.sync(req.sync) if req.sync is not None else None,
             compression=(validate.compression(req.compression)
                          if req.compression is not None else None),
-            recordsize=(validate.power_of_two_size(req.recordsize, 4096, 1 << 20, "recordsize")
+            recordsize=(validate.power_of_two_size(req.recordsize, *validate.RECORDSIZE_RANGE,
+                                                   "recordsize")
                         if req.recordsize is not None else None),
-            volblocksize=(validate.power_of_two_size(req.volblocksize, 4096, 128 << 10,
+            volblocksize=(validate.power_of_two_size(req.volblocksize,
+                                                     *validate.VOLBLOCKSIZE_RANGE,
                                                      "volblocksize")
                           if req.volblocksize is not None else None),
         )
         size = transport.storage.round_size(size, overrides.volblocksize)
-        if size < 64 << 20:
+        if size < validate.MIN_DATASTORE_SIZE:
             raise InvalidInput("size must be at least 64M")
         spec = DatastoreSpec(
             name=name, pool=pool, protocol=req.protocol,

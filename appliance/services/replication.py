@@ -70,6 +70,8 @@ from appliance.model import (
 from appliance.reconciler import Reconciler
 from appliance.replication import plan as planner
 from appliance.replication.model import (
+    MIN_BANDWIDTH,
+    MIN_INTERVAL,
     REPLICA_PROPERTIES,
     ReplicationRecord,
     ReplicationSpec,
@@ -93,7 +95,6 @@ log = logging.getLogger(__name__)
 
 JOB_LOCK_WAIT = 3600.0
 MAX_STEPS = 6  # resume + full + incremental, with room for a stale resume and a retry
-MIN_INTERVAL = 60
 TASK_PREFIX = "replication:"
 # a scheduled replication is late (health: degraded) when its lag passes this many
 # intervals plus a grace for the transfer itself
@@ -283,7 +284,7 @@ class ReplicationService:
         limit = None
         if req.bandwidth_limit is not None:
             limit = validate.parse_size(req.bandwidth_limit, "bandwidth_limit")
-            if limit < 64 << 10:
+            if limit < MIN_BANDWIDTH:
                 raise InvalidInput("bandwidth_limit must be at least 64K (bytes per second)")
         if req.transport not in TRANSPORTS:
             raise InvalidInput(f"invalid transport {req.transport!r}: one of "

@@ -35,8 +35,11 @@ class SnapshotView:
     age: float = 0.0  # seconds since it was taken
 
 
+HOLD_TAG = r"[a-z0-9][a-z0-9._:-]{0,62}"
+
+
 def _check_tag(tag: str) -> None:
-    if not isinstance(tag, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._:-]{0,62}", tag):
+    if not isinstance(tag, str) or not re.fullmatch(HOLD_TAG, tag):
         raise InvalidInput(f"invalid hold tag {tag!r}: 1-63 lowercase letters, digits, '.', "
                            "'_', ':' or '-'")
 

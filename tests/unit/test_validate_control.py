@@ -85,7 +85,9 @@ VALIDATORS: dict[str, tuple[Callable[[str], object], list[str]]] = {
     "hooks.check_args": (lambda v: hooks.check_args([v]), ["pre-snap", "--flag=1"]),
     "snapshots.hold_tag": (snapshots._check_tag, ["zds-repl:r1"]),
 }
-NOT_VALIDATORS = {"format_size", "has_control"}
+# the OpenAPI patterns of the rules, not checks
+NOT_VALIDATORS = {"format_size", "has_control", "size_pattern", "power_of_two_sizes",
+                  "power_of_two_pattern"}
 
 
 def refuses(check: Callable[[str], object], value: str) -> bool:
