@@ -52,7 +52,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
     # each section shows the identities the record has: an export id, a target
     if rec.export_id is not None:
         nfs = s.NfsInfo(export_id=rec.export_id, path=v.path,
-                        clients=[s.NfsClientBody(match=c.match, access=c.access)
+                        clients=[s.NfsClientOut(match=c.match, access=c.access)
                                  for c in spec.nfs_clients])
     elif rec.iqn and rec.serial:
         chap = spec.iscsi.chap
@@ -71,7 +71,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
         properties=v.properties, nfs=nfs, iscsi=iscsi,
         attach=s.AttachBody(**asdict(attach)) if attach else None,
         labels=dict(spec.labels),
-        overrides=s.OverridesBody.model_validate(asdict(spec.overrides)),
+        overrides=s.OverridesOut.model_validate(asdict(spec.overrides)),
         protection=s.ProtectionOut(**asdict(v.protection)) if v.protection else None,
         warnings=list(v.warnings),
     )
