@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, replace
+from typing import Any
 
 from api import schemas as s
 from appliance.attach import AttachInstructions
@@ -13,11 +14,13 @@ from appliance.services.groups import GroupView
 from appliance.services.pools import PoolRequest, PoolView, VdevRequest
 from appliance.services.snapshots import SnapshotView
 from appliance.services.system import Health
+from appliance.transports.nvme import namespace_identity
 
 
 def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
     nfs = body.nfs or s.NfsAccessBody()
     iscsi = body.iscsi or s.IscsiAccessBody()
+    nvme = body.nvme or s.NvmeAccessBody()
     o = body.overrides or s.OverridesBody()
     return DatastoreRequest(
         protocol=body.protocol, size=body.size, pool=body.pool, thin=body.thin,
@@ -26,7 +29,16 @@ def datastore_request(body: s.DatastorePut) -> DatastoreRequest:
         initiators=list(iscsi.initiators), initiator_groups=list(iscsi.initiator_groups),
         chap=chap_request(iscsi.chap), sync=o.sync, compression=o.compression,
         recordsize=o.recordsize, volblocksize=o.volblocksize, labels=body.labels,
+        **nvme_fields(nvme),
     )
+
+
+def nvme_fields(nvme: s.NvmeAccessBody) -> dict[str, Any]:
+    """The request's NVMe/TCP access fields (``dhchap``: asked for, to be refused)."""
+    return {"nvme_hosts": list(nvme.hosts),
+            "nvme_initiator_groups": list(nvme.initiator_groups),
+            "nvme_allow_any_host": nvme.allow_any_host,
+            "nvme_dhchap": nvme.dhchap is not None}
 
 
 def chap_request(chap: s.ChapBody | None) -> ChapRequest | None:
@@ -43,12 +55,14 @@ def clone_request(base: DatastoreRequest, body: s.CloneBody) -> DatastoreRequest
         req = replace(req, initiators=list(body.iscsi.initiators),
                       initiator_groups=list(body.iscsi.initiator_groups),
                       chap=chap_request(body.iscsi.chap))
+    if body.nvme is not None:
+        req = replace(req, **nvme_fields(body.nvme))
     return req
 
 
 def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) -> s.DatastoreOut:
     rec, spec = v.record, v.record.spec
-    nfs = iscsi = None
+    nfs = iscsi = nvme = None
     # each section shows the identities the record has: an export id, a target
     if rec.export_id is not None:
         nfs = s.NfsInfo(export_id=rec.export_id, path=v.path,
@@ -61,14 +75,21 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
                             initiator_groups=list(spec.iscsi.initiator_groups),
                             chap_user=chap.user if chap else None,
                             mutual_chap_user=chap.mutual_user if chap else None)
+    elif rec.nqn and rec.serial:
+        ns_uuid, nguid, serial = namespace_identity(rec.serial)
+        nvme = s.NvmeInfo(nqn=rec.nqn, serial=serial, uuid=ns_uuid, nguid=nguid,
+                          hosts=list(spec.nvme.hosts),
+                          initiator_groups=list(spec.nvme.initiator_groups),
+                          allow_any_host=spec.nvme.allow_any_host)
     return s.DatastoreOut(
         name=rec.name, pool=spec.pool, protocol=spec.protocol, profile=spec.profile,
-        size=spec.size, thin=spec.thin, state=rec.state, error=rec.error, dataset=v.dataset,
+        size=spec.size, thin=spec.thin, state=v.state or rec.state, error=v.problem,
+        action=v.action, dataset=v.dataset,
         origin=rec.origin, online=v.online, serving=v.serving, connected_clients=v.clients,
         snapshots=v.snapshots,
         usage=s.UsageBody(used=v.used, available=v.available, referenced=v.referenced,
                           compressratio=v.compressratio),
-        properties=v.properties, nfs=nfs, iscsi=iscsi,
+        properties=v.properties, nfs=nfs, iscsi=iscsi, nvme=nvme,
         attach=s.AttachBody(**asdict(attach)) if attach else None,
         labels=dict(spec.labels),
         overrides=s.OverridesOut.model_validate(asdict(spec.overrides)),

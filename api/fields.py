@@ -21,7 +21,7 @@ from fastapi import Path, Query
 from pydantic import BeforeValidator, Field, WithJsonSchema
 
 from appliance import validate
-from appliance.host import hooks, ssh
+from appliance.host import hooks, nvmet, ssh
 from appliance.patterns import anchored
 from appliance.policies import schedule
 from appliance.policies import service as policies
@@ -98,8 +98,18 @@ HoldTagPath = Annotated[str, path(anchored(HOLD_TAG), HOLD_TAG_RULE, "the hold t
 
 # --- access ---------------------------------------------------------------------------------
 
+NQN_RULE = ("an NVMe Qualified Name: nqn.yyyy-mm.reversed.domain:name (nqn.2014-08.com.vmware:nvme:esx01) or "
+            "nqn.2014-08.org.nvmexpress:uuid:<UUID> (what nvme-cli writes to "
+            "/etc/nvme/hostnqn); printable ASCII without spaces or '/', at most 223 "
+            "characters; case matters")
 Iqn = Annotated[str, text(validate.IQN_PATTERN, validate.IQN_RULE,
                           max_length=validate.MAX_IQN_BYTES)]
+Nqn = Annotated[str, text(nvmet.NQN_PATTERN, NQN_RULE, max_length=nvmet.NQN_MAX)]
+# an initiator group lists both kinds (an IQN never starts with nqn.)
+InitiatorName = Annotated[str, text(
+    anchored(f"{validate.IQN_PATTERN}|{nvmet.NQN_PATTERN}"),
+    f"an iSCSI name ({validate.IQN_RULE}) or an NVMe host NQN ({NQN_RULE})",
+    max_length=max(validate.MAX_IQN_BYTES, nvmet.NQN_MAX))]
 NfsClientMatch = Annotated[str, text(validate.NFS_CLIENT_PATTERN, validate.NFS_CLIENT_RULE,
                                      max_length=validate.HOSTNAME_MAX)]
 NfsClientQuery = Annotated[str | None, query(

@@ -8,9 +8,9 @@ by the engine. The few it cannot say are in the descriptions (tests/fuzz lists t
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from api.fields import (
     ChapSecret,
@@ -18,11 +18,13 @@ from api.fields import (
     Compression,
     DatastoreSize,
     DevicePath,
+    InitiatorName,
     Int,
     Iqn,
     Labels,
     Name,
     NfsClientMatch,
+    Nqn,
     PoolName,
     Recordsize,
     SnapshotName,
@@ -113,6 +115,40 @@ class IscsiAccessBody(Section):
     chap: ChapBody | None = None
 
 
+class DhchapBody(Strict):
+    """DH-HMAC-CHAP secrets (``DHHC-1:...``). Always refused (422 ``unsupported``): the
+    appliance's kernel has no NVMe target authentication (CONFIG_NVME_TARGET_AUTH)."""
+
+    host_secret: str | None = None
+    controller_secret: str | None = None
+
+
+class NvmeAccessBody(Section):
+    """Which hosts may connect: hosts and initiator groups, or any host."""
+
+    request_fields: ClassVar[dict[str, str]] = {
+        "hosts": "nvme_hosts", "initiator_groups": "nvme_initiator_groups",
+        "allow_any_host": "nvme_allow_any_host", "dhchap": "nvme_dhchap"}
+    # allow_any_host admits every host: it comes without hosts and groups
+    model_config = ConfigDict(json_schema_extra={"anyOf": [
+        {"properties": {"allow_any_host": {"const": False}}},
+        {"properties": {"hosts": {"maxItems": 0}, "initiator_groups": {"maxItems": 0}}}]})
+
+    hosts: list[Nqn] = Field(
+        default_factory=list, description="host NQNs allowed to connect (/etc/nvme/hostnqn "
+        "on Linux)", examples=[["nqn.2014-08.org.nvmexpress:uuid:"
+                                "5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"]])
+    initiator_groups: list[Name] = Field(
+        default_factory=list, description="initiator groups that exist, whose host NQNs "
+        "are allowed", examples=[["kvm-cluster"]])
+    allow_any_host: bool = Field(default=False, description="any host reaching the port may "
+                                 "connect (attr_allow_any_host); without hosts and groups")
+    # published as null only: the engine refuses any secrets with a message saying why
+    dhchap: Annotated[DhchapBody | None, WithJsonSchema({"type": "null"})] = Field(
+        default=None, description="null or left out: this appliance's kernel has no NVMe "
+        "target authentication (DH-HMAC-CHAP); secrets are refused (422 unsupported)")
+
+
 class OverridesBody(Strict):
     sync: SyncName | None = None
     compression: Compression | None = Field(default=None, examples=["zstd"])
@@ -195,6 +231,7 @@ class DatastorePut(Strict):
     profile: Literal["vmware", "kvm"] = "vmware"
     nfs: NfsAccessBody | None = None
     iscsi: IscsiAccessBody | None = None
+    nvme: NvmeAccessBody | None = None
     overrides: OverridesBody | None = None
     labels: Labels | None = Field(
         default=None, description="key: value pairs snapshot policies select datastores by",
@@ -208,6 +245,7 @@ class CloneBody(Strict):
     name: Name = Field(examples=["vmfs01-test"])
     nfs: NfsAccessBody | None = None
     iscsi: IscsiAccessBody | None = None
+    nvme: NvmeAccessBody | None = None
     profile: Literal["vmware", "kvm"] | None = None
 
 
@@ -235,11 +273,25 @@ class IscsiInfo(BaseModel):
     mutual_chap_user: str | None
 
 
+class NvmeInfo(BaseModel):
+    nqn: str = Field(description="the subsystem's NQN")
+    serial: str = Field(description="the subsystem's serial (attr_serial)")
+    uuid: str = Field(description="namespace 1's UUID")
+    nguid: str = Field(description="namespace 1's NGUID: Linux shows "
+                                   "ESXi's eui.<nguid>")
+    nsid: int = 1
+    hosts: list[str]
+    initiator_groups: list[str]
+    allow_any_host: bool
+
+
 class AttachBody(BaseModel):
     esxi: list[str]
     libvirt_pool_xml: str
     virsh: list[str]
     notes: list[str]
+    linux: list[str] = Field(default_factory=list, description="a Linux host's own commands "
+                             "(NVMe/TCP: nvme-cli)")
 
 
 class ProtectionOut(BaseModel):
@@ -261,8 +313,12 @@ class DatastoreOut(BaseModel):
     profile: str
     size: int
     thin: bool
-    state: str
+    state: str = Field(description="creating | ready | deleting | error, or unserved: "
+                                   "recorded ready but not served now (error says why, "
+                                   "action what repairs it)")
     error: str | None
+    action: str | None = Field(default=None, description="what repairs what error names: "
+                                                         "the reconcile itself, or a person")
     dataset: str
     origin: str | None
     online: bool
@@ -273,6 +329,7 @@ class DatastoreOut(BaseModel):
     properties: dict[str, str]
     nfs: NfsInfo | None
     iscsi: IscsiInfo | None
+    nvme: NvmeInfo | None = None
     attach: AttachBody | None = None
     labels: dict[str, str] = Field(default_factory=dict)
     overrides: OverridesOut = Field(
@@ -316,8 +373,12 @@ class SnapshotOut(BaseModel):
 # --- initiator groups ---------------------------------------------------------------
 
 class GroupPut(Strict):
-    initiators: list[Iqn] = Field(examples=[["iqn.1998-01.com.vmware:esxi01-4f2a",
-                                             "iqn.1998-01.com.vmware:esxi02-77c1"]])
+    initiators: list[InitiatorName] = Field(
+        description="hosts by their iSCSI IQNs and NVMe host NQNs (a host may be listed "
+        "with both): iscsi datastores take the IQNs, nvme-tcp ones the NQNs",
+        examples=[["iqn.1998-01.com.vmware:esxi01-4f2a", "iqn.1998-01.com.vmware:esxi02-77c1"],
+                  ["iqn.1993-08.org.debian:01:kvm01",
+                   "nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"]])
 
 
 class GroupOut(BaseModel):
@@ -527,6 +588,8 @@ class DriftItemOut(BaseModel):
     kind: str
     subject: str
     reason: str
+    action: str = Field(default="", description="what repairs it: the reconcile itself, or "
+                                                "what a person must do")
 
 
 class DriftOut(BaseModel):

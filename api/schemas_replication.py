@@ -198,6 +198,9 @@ class PromoteBody(s.Strict):
     iscsi: s.IscsiAccessBody | None = Field(default=None, description=(
         "initiators, initiator groups and CHAP of the promoted LUN (default: none, unless "
         "keep_access)"))
+    nvme: s.NvmeAccessBody | None = Field(default=None, description=(
+        "host NQNs and initiator groups of the promoted NVMe/TCP namespace (default: none, "
+        "unless keep_access)"))
     keep_access: bool = Field(default=False, description=(
         "take the NFS clients, initiators and initiator groups the source's stream carries "
         "(zds:access) for what nfs/iscsi leave out. Off by default: a source sets that "
@@ -257,7 +260,9 @@ def promote_request(body: PromoteBody) -> PromoteRequest:
         nfs_clients=[c.model_dump() for c in body.nfs.clients] if body.nfs else None,
         initiators=list(body.iscsi.initiators) if body.iscsi else None,
         initiator_groups=list(body.iscsi.initiator_groups) if body.iscsi else None,
-        chap=chap, keep_access=body.keep_access)
+        chap=chap, keep_access=body.keep_access,
+        nvme_hosts=list(body.nvme.hosts) if body.nvme else None,
+        nvme_initiator_groups=list(body.nvme.initiator_groups) if body.nvme else None)
 
 
 def _outgoing(v: OutgoingView) -> OutgoingOut:

@@ -19,6 +19,8 @@ from appliance.model import (
     DatastoreSpec,
     IscsiAccess,
     NfsClient,
+    NvmeAccess,
+    Overrides,
 )
 
 log = logging.getLogger(__name__)
@@ -32,10 +34,16 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
     export_ids = {r.export_id for r in records if r.export_id is not None}
     iqns = {r.iqn for r in records if r.iqn}
     serials = {r.serial for r in records if r.serial}
+    nqns = {r.nqn for r in records if r.nqn}
     adopted = []
     for pool in sorted(pools):
         for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}", DATASTORE_PROPERTIES):
             if ds.prop("zds:managed") != "true":
+                continue
+            if ds.prop("zds:replication"):
+                # a replica whose promote was cut (it carries the source's zds:*): the
+                # promote finishes it, adopting it would serve the source's identity
+                log.error("not adopting %s: it is a replica, not promoted", ds.name)
                 continue
             rec = record_from_properties(pool, ds)
             if rec is None or rec.name in known:
@@ -46,7 +54,7 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
                 log.error("not adopting %s: protocol %r is not served here", ds.name,
                           rec.spec.protocol)
                 continue
-            if rec.iqn in iqns or rec.serial in serials:
+            if rec.iqn in iqns or rec.serial in serials or rec.nqn in nqns:
                 # another datastore here has that identity: serving both would confuse
                 # every initiator. Left unadopted; drift reports it.
                 log.error("not adopting %s: its IQN or serial is in use here", ds.name)
@@ -69,6 +77,8 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
                 iqns.add(rec.iqn)
             if rec.serial:
                 serials.add(rec.serial)
+            if rec.nqn:
+                nqns.add(rec.nqn)
             adopted.append(rec.name)
             known.add(rec.name)
             log.info("adopted datastore %s from pool %s", rec.name, pool)
@@ -92,6 +102,10 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
             iscsi=IscsiAccess(tuple(access.get("initiators", [])),
                               tuple(access.get("initiator_groups", []))),
             labels=tuple(sorted(json.loads(ds.prop("zds:labels", "{}") or "{}").items())),
+            nvme=NvmeAccess(tuple(access.get("nvme_hosts", [])),
+                            tuple(access.get("nvme_initiator_groups", [])),
+                            bool(access.get("nvme_allow_any_host", False))),
+            overrides=overrides_from(ds.prop("zds:overrides")),
         )
         export_id = ds.prop("zds:export_id")
         chap = bool(access.get("chap"))
@@ -103,6 +117,7 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
             export_id=int(export_id) if export_id else None,
             iqn=ds.prop("zds:iqn") or None,
             serial=ds.prop("zds:serial") or None,
+            nqn=ds.prop("zds:nqn") or None,
             origin=ds.prop("origin") or None,
             error="adopted from pool properties: not served until its CHAP settings are "
                   "given again with PUT" if chap else None,
@@ -111,3 +126,18 @@ def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None
     except (KeyError, ValueError, TypeError) as exc:
         log.warning("cannot adopt %s: %s", ds.name, exc)
         return None
+
+
+def overrides_from(text: str) -> Overrides:
+    """``zds:overrides`` as the datastore's overrides (what is not one is dropped)."""
+    found = json.loads(text or "{}")
+    if not isinstance(found, dict):
+        return Overrides()
+    kept: dict[str, str | int] = {}
+    for key in ("sync", "compression"):
+        if isinstance(found.get(key), str):
+            kept[key] = found[key]
+    for key in ("recordsize", "volblocksize"):
+        if isinstance(found.get(key), int) and not isinstance(found.get(key), bool):
+            kept[key] = found[key]
+    return Overrides(**kept)  # type: ignore[arg-type]

@@ -8,7 +8,7 @@ value in them was validated on the way in and is shell-quoted or XML-escaped any
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -17,6 +17,7 @@ class AttachInstructions:
     libvirt_pool_xml: str
     virsh: list[str]
     notes: list[str]
+    linux: list[str] = field(default_factory=list)  # a Linux host's own commands (NVMe/TCP)
 
 
 def shell_quote(value: str) -> str:

@@ -17,14 +17,13 @@ from collections.abc import Sequence
 from appliance import reconcile as rc
 from appliance.adoption import adopt
 from appliance.context import Context
-from appliance.errors import ZdsError
 from appliance.host.factory import HostAdapters, real_hosts
 from appliance.jobs import JobManager
 from appliance.metrics import service as metrics_service
 from appliance.policies.records import PolicyRecords
 from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
-from appliance.reconciler import Reconciler
+from appliance.reconciler import DEVICE_WAIT, Reconciler
 from appliance.services.datastores import DatastoreService
 from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
@@ -63,11 +62,12 @@ class Engine:
         # replication: a replicated datastore is not deleted, health shows failed/late runs
         self.replication = ReplicationService(ctx, self.datastores, self.reconciler)
         self.datastores.delete_guards.append(self.replication.guard_delete)
+        self.datastores.create_finishers.append(self.replication.finish_promote)
         self.system.checks["replication"] = self.replication.health
         # a replication with after_snapshot_policy sends what a policy run snapshotted
         self.policies.after_snapshots.append(self.replication.after_snapshots)
         self.watcher = Watcher(
-            self.reconciler, lambda: self.datastores.finish_interrupted(("deleting",)),
+            self.reconciler, self.datastores.finish_interrupted,
             ctx.settings.health_interval, ctx.settings.reconcile_interval)
         self.start_report: rc.ReconcileReport | None = None
 
@@ -108,6 +108,7 @@ class Engine:
         interrupted = ctx.jobs.recover()
         if interrupted:
             log.warning("%d jobs were interrupted by a restart and marked failed", interrupted)
+        self.policies.recover()
         t0 = time.monotonic()
         with ctx.lock.hold("start-up", timeout=START_LOCK_WAIT):
             self.replication.start()
@@ -117,11 +118,9 @@ class Engine:
                 self.pools.keep_snapshot_counts(imported)
                 self.datastores.finish_interrupted()
                 self._wait_for_daemons(daemon_wait)
-            report = self.reconciler.full(wait=START_LOCK_WAIT)
-            if _missing_devices(report):
-                # udev may still be making /dev/zvol links after the import: wait, retry
-                self._wait_for_zvols(daemon_wait)
-                report = self.reconciler.full(wait=START_LOCK_WAIT)
+            # (a zvol whose /dev link udev has not made yet is waited for in there)
+            report = self.reconciler.full(wait=START_LOCK_WAIT,
+                                          device_wait=max(daemon_wait, DEVICE_WAIT))
         for err in report.errors:
             log.error("start-up reconcile: %s", err)
         log.info("start-up: %d actions applied, %d failed in %.1f s", len(report.applied),
@@ -159,17 +158,6 @@ class Engine:
                 return
             time.sleep(1.0)
 
-    def _wait_for_zvols(self, timeout: float) -> None:
-        records = [r for r in self.ctx.store.list_datastores()
-                   if r.state in ("ready", "creating")]
-        for t, recs in self.ctx.transports.grouped(records):
-            for rec in recs:
-                try:
-                    t.storage.wait_ready(self.ctx.zfs, rec.spec.dataset, timeout)
-                except ZdsError as exc:
-                    log.error("%s of %s: %s", t.storage.said, rec.name, exc.message)
-                    return  # the others would wait just as long; the watcher retries
-
     def stop(self) -> None:
         """The API is stopping: no more scheduled runs or reconciles, and the jobs still
         running are recorded as interrupted (then cancelled) while the store is open."""
@@ -181,6 +169,3 @@ class Engine:
         self.stop()
         self.ctx.store.close()
 
-
-def _missing_devices(report: rc.ReconcileReport) -> bool:
-    return any("no such block device" in e for e in report.errors)

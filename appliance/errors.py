@@ -26,9 +26,21 @@ class InvalidInput(ZdsError):
     code = "invalid_input"
 
 
+class Unsupported(InvalidInput):
+    """Asked for something this appliance cannot do (its kernel lacks it); the message
+    says why and what to use instead. Nothing was changed."""
+
+    code = "unsupported"
+
+
 class NotFound(ZdsError):
     status = 404
     code = "not_found"
+
+
+class DeviceMissing(NotFound):
+    """A block device to serve (a zvol's /dev link) is not there: udev has not made it
+    yet, or lost the event (the reconciler waits for it and re-triggers udev)."""
 
 
 class Conflict(ZdsError):

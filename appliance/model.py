@@ -26,16 +26,18 @@ DATASTORE_SETTINGS: tuple[str, ...] = (
 )
 DATASTORE_USER_PROPERTIES: tuple[str, ...] = (
     "zds:managed", "zds:name", "zds:protocol", "zds:profile", "zds:thin", "zds:size",
-    "zds:access", "zds:export_id", "zds:iqn", "zds:serial", "zds:labels",
+    "zds:access", "zds:export_id", "zds:iqn", "zds:serial", "zds:labels", "zds:nqn",
+    "zds:overrides",
+    "zds:replication",  # set on a replica: not a datastore until promoted
 )
 DATASTORE_PROPERTIES: tuple[str, ...] = (
-    "type", "used", "available", "referenced", "compressratio", "mounted", "origin",
-    "creation", *DATASTORE_SETTINGS, *DATASTORE_USER_PROPERTIES,
+    "type", "used", "available", "referenced", "compressratio", "mounted", "canmount",
+    "origin", "creation", *DATASTORE_SETTINGS, *DATASTORE_USER_PROPERTIES,
 )
 # What the datastore list shows: native properties only (one `zfs list -o` line per
 # dataset) with the snapshot count ZFS keeps below POOL/datastores' snapshot_limit.
 VIEW_PROPERTIES: tuple[str, ...] = (
-    "type", "used", "available", "referenced", "compressratio", "mounted",
+    "type", "used", "available", "referenced", "compressratio", "mounted", "canmount",
     *DATASTORE_SETTINGS, "snapshot_count", "snapshot_limit",
 )
 # Set on POOL/datastores so ZFS keeps each dataset's snapshot_count (it counts only
@@ -65,6 +67,16 @@ class IscsiAccess:
 
 
 @dataclass(frozen=True)
+class NvmeAccess:
+    """Who may connect to an NVMe/TCP datastore's subsystem: host NQNs, the NQNs of
+    initiator groups, or (only when asked) any host."""
+
+    hosts: tuple[str, ...] = ()
+    initiator_groups: tuple[str, ...] = ()
+    allow_any_host: bool = False
+
+
+@dataclass(frozen=True)
 class Overrides:
     sync: str | None = None
     compression: str | None = None
@@ -87,6 +99,12 @@ class DatastoreSpec:
     overrides: Overrides = field(default_factory=Overrides)
     # (key, value) pairs, sorted: what snapshot policies select datastores by
     labels: tuple[tuple[str, str], ...] = ()
+    nvme: NvmeAccess = field(default_factory=NvmeAccess)
+
+    @property
+    def initiator_groups(self) -> tuple[str, ...]:
+        """Every initiator group it names, whatever its protocol takes from them."""
+        return tuple(sorted({*self.iscsi.initiator_groups, *self.nvme.initiator_groups}))
 
     @property
     def dataset(self) -> str:
@@ -127,6 +145,7 @@ def zds_dataset(dataset: str) -> str | None:
 def spec_from_dict(d: dict[str, Any]) -> DatastoreSpec:
     iscsi = d.get("iscsi") or {}
     chap = iscsi.get("chap")
+    nvme = d.get("nvme") or {}
     return DatastoreSpec(
         name=d["name"],
         pool=d["pool"],
@@ -142,6 +161,9 @@ def spec_from_dict(d: dict[str, Any]) -> DatastoreSpec:
         ),
         overrides=Overrides(**(d.get("overrides") or {})),
         labels=tuple((str(k), str(v)) for k, v in d.get("labels") or ()),
+        nvme=NvmeAccess(hosts=tuple(nvme.get("hosts", ())),
+                        initiator_groups=tuple(nvme.get("initiator_groups", ())),
+                        allow_any_host=bool(nvme.get("allow_any_host", False))),
     )
 
 
@@ -153,7 +175,9 @@ class DatastoreRecord:
     state: DatastoreState
     export_id: int | None = None  # NFS: ganesha Export_Id
     iqn: str | None = None  # iSCSI target IQN
-    serial: str | None = None  # iSCSI unit serial (NAA WWN derives from it)
+    serial: str | None = None  # a block device's serial (iSCSI: the NAA WWN derives from
+    # it; NVMe/TCP: the namespace UUID, and from it the subsystem serial and NGUID)
+    nqn: str | None = None  # NVMe/TCP subsystem NQN
     origin: str | None = None  # snapshot this datastore was cloned from
     error: str | None = None
     created: float = 0.0
@@ -169,10 +193,23 @@ class DatastoreRecord:
 
 @dataclass(frozen=True)
 class InitiatorGroup:
+    """Hosts by their initiator names: iSCSI IQNs and NVMe host NQNs (a host may have
+    one of each); each protocol takes the names it speaks."""
+
     name: str
     initiators: tuple[str, ...]
     created: float = 0.0
     updated: float = 0.0
+
+    @property
+    def iqns(self) -> tuple[str, ...]:
+        """The iSCSI names (an IQN, EUI or NAA name never starts with ``nqn.``)."""
+        return tuple(i for i in self.initiators if not i.startswith("nqn."))
+
+    @property
+    def nqns(self) -> tuple[str, ...]:
+        """The NVMe host NQNs."""
+        return tuple(i for i in self.initiators if i.startswith("nqn."))
 
 
 def naa_wwn(serial: str) -> str:

@@ -133,6 +133,18 @@ def _group(pattern: str) -> str:
     return pattern if "|" not in pattern or pattern.startswith("(?:") else f"(?:{pattern})"
 
 
+def other_digits(word: str) -> str:
+    """Strings of ``len(word)`` digits other than ``word``."""
+    return "(?:" + "|".join(f"{word[:i]}{char_class(set(string.digits) - {d})}"
+                            + (f"[0-9]{{{len(word) - i - 1}}}" if i < len(word) - 1 else "")
+                            for i, d in enumerate(word)) + ")"
+
+
+def months_except(month: str) -> str:
+    """The months 01-12 other than ``month`` (two digits)."""
+    return "(?:" + "|".join(f"{m:02d}" for m in range(1, 13) if f"{m:02d}" != month) + ")"
+
+
 def fraction_at_least(threshold: Fraction) -> str:
     """Digits ``F`` after a decimal point with ``0.F >= threshold`` (0 < threshold < 1,
     a terminating decimal such as 1/16 = 0.0625)."""

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from appliance.errors import ZdsError
+from appliance.errors import DeviceMissing, ZdsError
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +39,8 @@ class ReconcileReport:
     errors: list[str] = field(default_factory=list)
     # subject (export id, target IQN, backstore) -> what went wrong with it
     failed: dict[str, list[str]] = field(default_factory=dict)
+    # subjects that failed because a block device was missing (udev may still make it)
+    missing_devices: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -59,6 +61,15 @@ class ReconcileReport:
         self.errors += other.errors
         for subject, messages in other.failed.items():
             self.failed.setdefault(subject, []).extend(messages)
+        self.missing_devices |= other.missing_devices
+
+    def retried(self, subjects: set[str], again: ReconcileReport) -> None:
+        """``subjects`` were applied once more (``again``): their first failures go, what
+        the second pass did counts."""
+        gone = [m for s in subjects for m in self.failed.pop(s, [])]
+        self.errors = [e for e in self.errors if e not in gone]
+        self.missing_devices -= subjects
+        self.merge(again)
 
     def run(self, action: Action[Any], step: Callable[[], object]) -> None:
         """Runs one action; its failure is reported, not raised."""
@@ -89,3 +100,5 @@ class ReconcileReport:
     def _failed(self, action: Action[Any], exc: ZdsError) -> None:
         log.warning("reconcile: %s failed: %s", action.describe(), exc.message)
         self.fail(action.subject, f"{action.describe()}: {exc.message}")
+        if isinstance(exc, DeviceMissing):
+            self.missing_devices.add(action.subject)

@@ -20,22 +20,30 @@ lock; reads do not take it.
 from __future__ import annotations
 
 import logging
+import posixpath
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
+from appliance import properties
 from appliance import reconcile as rc
 from appliance.context import Context
 from appliance.errors import Unavailable, ZdsError
-from appliance.host.zfs import DatasetInfo
+from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.model import DATASTORE_PARENT, DATASTORE_PROPERTIES, DatastoreRecord
 from appliance.transports.base import AnyTransport, Live
 from appliance.transports.registry import Transports
+from appliance.transports.storage import FILESYSTEM, RECONCILE, Problem
 
 log = logging.getLogger(__name__)
+
+# How long a reconcile waits for a missing zvol device (the real adapter re-triggers udev
+# half-way) before it reports it and stops waiting for the others.
+DEVICE_WAIT = 10.0
 
 # What each transport's datastores should be on its daemon, by transport name.
 Desired = Mapping[str, Sequence[Any]]
@@ -83,6 +91,7 @@ class DriftItem:
     kind: str  # the action the reconciler would take, or a ZFS-level problem
     subject: str
     reason: str
+    action: str = ""  # what repairs it: the reconcile itself, or what a person must do
 
 
 @dataclass(frozen=True)
@@ -211,6 +220,30 @@ class Reconciler:
                     report.fail(subject, message)
         return report
 
+    def _devices(self, report: rc.ReconcileReport, records: Sequence[DatastoreRecord],
+                 view: ZfsView, wait: float = DEVICE_WAIT) -> None:
+        """Datastores whose block device was missing (udev lost or has not made a zvol's
+        link yet: after an import, or a create cut before it): waits for the device,
+        re-triggering udev, and applies them once more. The first that does not come in
+        ``wait`` seconds ends the waiting (the others would wait as long)."""
+        missing = [(t, rec) for t, recs in self.ctx.transports.grouped(records)
+                   for rec in recs if report.missing_devices & set(t.subjects(rec))]
+        ready: list[DatastoreRecord] = []
+        for t, rec in missing:
+            try:
+                t.storage.wait_ready(self.ctx.zfs, rec.spec.dataset, wait)
+            except ZdsError as exc:
+                report.fail(rec.name, f"{t.storage.said} {rec.spec.dataset}: {exc.message}")
+                break
+            ready.append(rec)
+        if not ready:
+            return
+        live = LiveState({t.name: t.read_for(recs) for t, recs
+                          in self.ctx.transports.grouped(ready) if recs}, self.ctx.transports)
+        subjects = {s for t, recs in self.ctx.transports.grouped(ready) for r in recs
+                    for s in t.subjects(r)}
+        report.retried(subjects, self._apply(self.desired(ready, view), live))
+
     def drift(self) -> list[DriftItem]:
         """Desired vs live for every datastore, plus datasets without records and
         records without datasets; records it in the status. Raises Unavailable when
@@ -219,45 +252,148 @@ class Reconciler:
         if not view.available:
             raise Unavailable("ZFS is not available: desired state cannot be read")
         records = self.ctx.store.list_datastores()
-        items = [DriftItem("zfs", s, r) for s, r in self.zfs_problems(records, view)]
+        items = self.zfs_problems(records, view)
         plans = self._plan(self.desired(records, view), live)
-        items += [DriftItem(a.kind, a.subject, a.reason) for _t, actions in plans
-                  for a in actions]
+        items += [DriftItem(a.kind, a.subject, a.reason, f"the reconcile does it ({RECONCILE})")
+                  for _t, actions in plans for a in actions]
         for t in self.ctx.transports:
             if not live.parts[t.name].up:
                 items.append(DriftItem("unknown", t.daemon, f"{t.daemon} is not answering: "
-                                                            "what it serves cannot be compared"))
+                                                            "what it serves cannot be compared",
+                                       t.health_detail(False)))
         self._update(drift_at=time.time(), drift=tuple(items), drift_error=None)
         return items
 
     def zfs_problems(self, records: Sequence[DatastoreRecord],
-                     view: ZfsView) -> list[tuple[str, str]]:
-        """Records whose dataset is gone or cannot be served, and managed datasets nobody
-        recorded."""
+                     view: ZfsView) -> list[DriftItem]:
+        """Records whose dataset is gone or cannot be served (with what repairs it), and
+        managed datasets nobody recorded."""
         problems = []
         known = {r.spec.dataset: r for r in records}
         for rec in known.values():
-            t = self.ctx.transports.get(rec.spec.protocol)
             if rec.spec.pool not in view.imported:
-                problems.append((rec.name, f"pool {rec.spec.pool} is not imported"))
+                problems.append(DriftItem("zfs", rec.name, f"pool {rec.spec.pool} is not "
+                                          "imported", f"import it (POST /api/v1/pools/"
+                                          f"{rec.spec.pool}/import) or delete the datastore"))
             elif (info := view.datasets.get(rec.spec.dataset)) is None:
-                problems.append((rec.name, f"dataset {rec.spec.dataset} is missing"))
-            elif t is not None and (problem := t.storage.problem(rec.spec.dataset, info)):
-                problems.append((rec.name, problem))
+                problems.append(DriftItem("zfs", rec.name,
+                                          f"dataset {rec.spec.dataset} is missing",
+                                          "delete the datastore (its data is gone), or "
+                                          "import the pool that holds it"))
+            elif (problem := self.problem(rec, info, view)) is not None:
+                problems.append(DriftItem("zfs", rec.name, problem.reason, problem.action))
+            elif (lag := self.lag(rec, info)) is not None:
+                problems.append(DriftItem("zfs", rec.name, lag.reason, lag.action))
             elif rec.state != "ready":
-                problems.append((rec.name, f"datastore is {rec.state}: {rec.error or ''}"))
+                problems.append(DriftItem("zfs", rec.name,
+                                          f"datastore is {rec.state}: {rec.error or ''}",
+                                          _state_action(rec)))
         for name, ds in sorted(view.datasets.items()):
-            if ds.prop("zds:managed") == "true" and name not in known:
-                problems.append((name, "managed dataset has no record (adopt it by "
-                                       "restarting the API)"))
+            if ds.prop("zds:managed") != "true" or name in known:
+                continue
+            if replica := ds.prop("zds:replication"):
+                problems.append(DriftItem(
+                    "zfs", name, f"replica of {replica} half-promoted (renamed, not made "
+                    "a datastore) and not recorded here",
+                    f"rename it back below the replicas' dataset and POST "
+                    f"/api/v1/replications/{replica}/promote again"))
+            else:
+                problems.append(DriftItem("zfs", name, "managed dataset has no record",
+                                          "adopt it by restarting the API (systemctl "
+                                          "restart zds-api), or destroy it"))
         return problems
+
+    def problem(self, rec: DatastoreRecord, info: DatasetInfo,
+                view: ZfsView) -> Problem | None:
+        """Why ``rec``'s dataset cannot be served as it is, and what repairs it."""
+        t = self.ctx.transports.get(rec.spec.protocol)
+        if t is None:
+            return None
+        return t.storage.problem(rec.spec.dataset, info, _home(view, rec.spec.pool))
+
+    def lag(self, rec: DatastoreRecord, info: DatasetInfo) -> Problem | None:
+        """A ready datastore whose dataset's properties lag its record (a PUT recorded
+        the new spec and died before ``zfs set``), and how the reconcile finishes it."""
+        t = self.ctx.transports.get(rec.spec.protocol)
+        if t is None or rec.state != "ready":
+            return None
+        keys = properties.lagging(t, rec, info)
+        if not keys:
+            return None
+        reason = (f"dataset {rec.spec.dataset} lags its record ({', '.join(keys)}): a "
+                  "change was cut before ZFS had it")
+        had = t.storage.size_of(info)
+        if had > rec.spec.size and t.storage.is_volume:
+            return Problem(reason, f"the {t.storage.said} is {had} bytes, more than the "
+                                   f"recorded {rec.spec.size}: shrinking it would lose "
+                                   f"data, so PUT /api/v1/datastores/{rec.name} with a "
+                                   f"size of at least {had}")
+        old = replace(rec.spec, size=had, thin=info.prop("zds:thin") != "false")
+        update = properties.update_properties(t, rec, old)
+        return Problem(reason, f"the reconcile sets them ({RECONCILE})",
+                       partial(_set, rec.spec.dataset, update))
+
+    def _repair(self, records: Sequence[DatastoreRecord], view: ZfsView
+                ) -> tuple[ZfsView, rc.ReconcileReport]:
+        """What the reconciler repairs itself in ZFS before serving (under the lock): the
+        pools' ``POOL/datastores`` and the datastores' file systems a crash left
+        unmounted (a ``zfs create``, ``zpool import`` or ``zpool export`` cut half-way).
+        Returns the view with what changed read again, and what was repaired or failed
+        (failures under the datastore's name)."""
+        report = rc.ReconcileReport()
+        zfs = self.ctx.zfs
+        datasets = dict(view.datasets)
+        for rec in records:  # first what a cut PUT left: zds:*, size and tuning
+            info = datasets.get(rec.spec.dataset)
+            lag = self.lag(rec, info) if info is not None else None
+            if lag is None:
+                continue
+            if lag.repair is None:
+                report.fail(rec.name, f"{lag.reason}; {lag.action}")
+                continue
+            report.run(rc.Action[Any]("set_properties", rec.name, lag.reason),
+                       partial(lag.repair, zfs))
+            if (again := zfs.get_dataset(rec.spec.dataset, DATASTORE_PROPERTIES)) is not None:
+                datasets[rec.spec.dataset] = again
+        todo = [(rec, info) for rec in records if rec.state in ("creating", "ready")
+                and (info := datasets.get(rec.spec.dataset)) is not None
+                and self.problem(rec, info, view) is not None]
+        if not todo:
+            return replace(view, datasets=datasets), report
+        for pool in sorted({rec.spec.pool for rec, _ in todo}):
+            parent = f"{pool}/{DATASTORE_PARENT}"
+            head = datasets.get(parent) or zfs.get_dataset(parent, _MOUNT_PROPERTIES)
+            if head is not None:
+                datasets[parent] = head  # where the pool's datastores live (their home)
+            if head is None or FILESYSTEM.mounted_path(head) is not None \
+                    or head.prop("canmount", "on") != "on" \
+                    or not head.prop("mountpoint").startswith("/"):
+                continue
+            action = rc.Action[Any]("mount", parent, "the datastores' parent is not mounted")
+            report.run(action, partial(zfs.mount, parent))
+            if (again := zfs.get_dataset(parent, DATASTORE_PROPERTIES)) is not None:
+                datasets[parent] = again
+        view = replace(view, datasets=datasets)
+        for rec, info in todo:
+            problem = self.problem(rec, info, view)
+            if problem is None:
+                continue
+            if problem.repair is None:
+                report.fail(rec.name, f"{problem.reason}; {problem.action}")
+                continue
+            action = rc.Action[Any]("mount", rec.name, problem.reason)
+            report.run(action, partial(problem.repair, zfs))
+            if (again := zfs.get_dataset(rec.spec.dataset, DATASTORE_PROPERTIES)) is not None:
+                datasets[rec.spec.dataset] = again
+        return replace(view, datasets=datasets), report
 
     # --- changing (under the lock) --------------------------------------------------
 
-    def full(self, exclude: set[str] | None = None, wait: float | None = None
-             ) -> rc.ReconcileReport:
+    def full(self, exclude: set[str] | None = None, wait: float | None = None,
+             device_wait: float = DEVICE_WAIT) -> rc.ReconcileReport:
         """Makes every transport's daemon match every record (``exclude``: as if those
-        did not exist)."""
+        did not exist); ``device_wait``: how long a missing zvol device is waited for
+        (longer at start-up, when udev is still making the links of an import)."""
         with self.ctx.lock.hold("a full reconcile", timeout=wait):
             view, live = self.read()
             if not view.available:
@@ -267,7 +403,9 @@ class Reconciler:
                 return report
             records = [r for r in self.ctx.store.list_datastores()
                        if r.name not in (exclude or set())]
-            report = self._apply(self.desired(records, view), live)
+            view, report = self._repair(records, view)
+            report.merge(self._apply(self.desired(records, view), live))
+            self._devices(report, records, view, device_wait)
         if not exclude:
             self._after_full(report, records, view)
         return report
@@ -292,12 +430,16 @@ class Reconciler:
                     if info is not None:
                         datasets[rec.spec.dataset] = info
             view = ZfsView(True, frozenset(r.spec.pool for r in records), {}, datasets)
+            report = rc.ReconcileReport()
+            if not withdraw:
+                view, report = self._repair(records, view)
             # the live objects of these datastores only: removals are planned for
             # nothing else, and a transport none of them uses is not read at all
-            live = LiveState({t.name: t.read_for(recs) for t, recs
-                              in self.ctx.transports.grouped(records) if recs},
+            live = LiveState({t.name: t.read_withdraw(recs) if withdraw else t.read_for(recs)
+                              for t, recs in self.ctx.transports.grouped(records) if recs},
                              self.ctx.transports)
-            report = self._apply(self.desired(records, view), live)
+            report.merge(self._apply(self.desired(records, view), live))
+            self._devices(report, records, view)
         self._after_partial(report, records)
         return report
 
@@ -358,9 +500,15 @@ class Reconciler:
 
     def _after_full(self, report: rc.ReconcileReport, records: Sequence[DatastoreRecord],
                     view: ZfsView) -> None:
-        items = [DriftItem("zfs", s, r) for s, r in self.zfs_problems(records, view)]
-        items += [DriftItem("failed", subject, "; ".join(msgs))
-                  for subject, msgs in sorted(report.failed.items())]
+        items = []
+        for item in self.zfs_problems(records, view):
+            msgs = report.failed.get(item.subject)
+            # a repair that failed: what it met, and what a person does about it
+            items.append(replace(item, reason=f"{item.reason}; {'; '.join(msgs)}",
+                                 action=_failed_action(msgs)) if msgs else item)
+        said = {i.subject for i in items}
+        items += [DriftItem("failed", subject, "; ".join(msgs), _failed_action(msgs))
+                  for subject, msgs in sorted(report.failed.items()) if subject not in said]
         self._update(drift_at=time.time(), drift=tuple(items), drift_error=None)
 
     def _after_partial(self, report: rc.ReconcileReport,
@@ -376,3 +524,31 @@ class Reconciler:
                      for subject, msgs in sorted(report.failed.items())]
             self._status = replace(self._status, drift=tuple(kept))
 
+
+
+# What the repair of a file system reads of it and of its parent.
+_MOUNT_PROPERTIES = ("type", "mounted", "canmount", "mountpoint")
+
+
+def _home(view: ZfsView, pool: str) -> str | None:
+    """Where ``pool``'s datastores are mounted: the mountpoint of ``POOL/datastores``."""
+    head = view.datasets.get(f"{pool}/{DATASTORE_PARENT}")
+    mountpoint = head.prop("mountpoint") if head is not None else ""
+    return posixpath.normpath(mountpoint) if mountpoint.startswith("/") else None
+
+
+def _state_action(rec: DatastoreRecord) -> str:
+    if rec.state == "error":
+        return f"PUT /api/v1/datastores/{rec.name} with its settings repairs it"
+    what = {"creating": "creation", "deleting": "delete"}.get(rec.state, rec.state)
+    return (f"the next reconcile finishes the {what} ({RECONCILE}); or "
+            f"DELETE /api/v1/datastores/{rec.name}")
+
+
+def _failed_action(messages: Sequence[str]) -> str:
+    return (f"retried at every reconcile ({RECONCILE}); if it keeps failing, fix what the "
+            "error names")
+
+
+def _set(dataset: str, props: dict[str, str], zfs: ZfsHost) -> None:
+    zfs.set_properties(dataset, props)

@@ -19,6 +19,10 @@ Every key has a default, so a missing file means "defaults". Example::
     exports_dir = "/var/lib/zds/ganesha"
     [iscsi]
     iqn_prefix = "iqn.2026-11.io.zds"
+    [nvme]
+    nqn_prefix = "nqn.2026-11.io.zds"
+    address = "0.0.0.0:4420"     # the NVMe/TCP port (and discovery); [::]:4420 for IPv6
+    port_id = 1                  # its configfs port number
     [metrics]
     interval = 10      # seconds between collections; 0 turns the collector off
     [firstboot]
@@ -57,6 +61,10 @@ class Settings:
     ganesha_dbus_address: str | None = None  # None: the system bus
     iqn_prefix: str = "iqn.2026-11.io.zds"
     iscsi_portal: tuple[str, int] = ("0.0.0.0", 3260)
+    # NVMe/TCP: subsystem NQNs are {nqn_prefix}:{host}.{name}; the port's address and id
+    nqn_prefix: str = "nqn.2026-11.io.zds"
+    nvme_address: tuple[str, int] = ("0.0.0.0", 4420)
+    nvme_port_id: int = 1
     # Seconds between background reconciles (0: only at start-up and on changes).
     reconcile_interval: float = 60.0
     # Seconds between the watcher's cheap checks (pools, daemons) that health answers from.
@@ -134,6 +142,8 @@ def load_settings(path: Path | None = None) -> Settings:
                        admin_token_file=Settings.admin_token_file)
     portal = iscsi.get("portal", "0.0.0.0:3260")
     host, _, port = str(portal).rpartition(":")
+    nvme = data.get("nvme", {})
+    nvme_host, _, nvme_port = str(nvme.get("address", "0.0.0.0:4420")).rpartition(":")
     return replace(
         base,
         listen=str(api.get("listen", base.listen)),
@@ -153,6 +163,9 @@ def load_settings(path: Path | None = None) -> Settings:
         ganesha_dbus_address=ganesha.get("dbus_address") or None,
         iqn_prefix=str(iscsi.get("iqn_prefix", base.iqn_prefix)),
         iscsi_portal=(host or "0.0.0.0", int(port or 3260)),
+        nqn_prefix=str(nvme.get("nqn_prefix", base.nqn_prefix)),
+        nvme_address=(nvme_host.strip("[]") or "0.0.0.0", int(nvme_port or 4420)),
+        nvme_port_id=int(nvme.get("port_id", base.nvme_port_id)),
         max_overcommit=float(data.get("datastores", {}).get("max_overcommit",
                                                             base.max_overcommit)),
         metrics_interval=float(data.get("metrics", {}).get("interval", base.metrics_interval)),

@@ -88,6 +88,15 @@ class Store:
             Path(self.path).chmod(0o600)
         self._db.execute("PRAGMA foreign_keys=ON")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Columns added since a database was made (SQLite adds them in place)."""
+        columns = {row["name"] for row in self._db.execute("PRAGMA table_info(datastores)")}
+        if "nqn" not in columns:  # NVMe/TCP subsystems (round 3)
+            self._db.execute("ALTER TABLE datastores ADD COLUMN nqn TEXT")
+        self._db.execute("CREATE UNIQUE INDEX IF NOT EXISTS datastores_nqn "
+                         "ON datastores(nqn)")
 
     @contextmanager
     def connect(self) -> Iterator[sqlite3.Connection]:
@@ -112,14 +121,14 @@ class Store:
         with self.connect() as db:
             db.execute(
                 """INSERT INTO datastores (name, pool, spec, state, export_id, iqn, serial,
-                       origin, error, created, updated)
-                   VALUES (?,?,?,?,?,?,?,?,?,?,?)
+                       nqn, origin, error, created, updated)
+                   VALUES (?,?,?,?,?,?,?,?,?,?,?,?)
                    ON CONFLICT(name) DO UPDATE SET pool=excluded.pool, spec=excluded.spec,
                        state=excluded.state, export_id=excluded.export_id, iqn=excluded.iqn,
-                       serial=excluded.serial, origin=excluded.origin, error=excluded.error,
-                       updated=excluded.updated""",
+                       serial=excluded.serial, nqn=excluded.nqn, origin=excluded.origin,
+                       error=excluded.error, updated=excluded.updated""",
                 (rec.name, rec.spec.pool, rec.spec.to_json(), rec.state, rec.export_id, rec.iqn,
-                 rec.serial, rec.origin, rec.error, rec.created or now, now),
+                 rec.serial, rec.nqn, rec.origin, rec.error, rec.created or now, now),
             )
 
     def get_datastore(self, name: str) -> DatastoreRecord | None:
@@ -259,6 +268,7 @@ def _datastore(row: sqlite3.Row) -> DatastoreRecord:
         export_id=row["export_id"],
         iqn=row["iqn"],
         serial=row["serial"],
+        nqn=row["nqn"],
         origin=row["origin"],
         error=row["error"],
         created=row["created"],

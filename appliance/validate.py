@@ -129,6 +129,24 @@ def iqn(value: str) -> str:
     )
 
 
+def nqn(value: str, what: str = "host NQN") -> str:
+    """An NVMe Qualified Name by the base specification's rules (see
+    :func:`appliance.host.nvmet.check_nqn`), as given (NQNs are case-sensitive)."""
+    from appliance.host.nvmet import check_nqn
+
+    if not isinstance(value, str) or has_control(value):
+        raise InvalidInput(f"invalid {what} {value!r}")
+    return check_nqn(value.strip(), what)
+
+
+def initiator_name(value: str) -> str:
+    """A host's name in an initiator group: an iSCSI name (IQN, EUI, NAA) or an NVMe
+    host NQN (an IQN never starts with ``nqn.``)."""
+    if isinstance(value, str) and value.strip().startswith("nqn."):
+        return nqn(value)
+    return iqn(value)
+
+
 def nfs_client(value: str) -> str:
     """An NFS client match: IPv4/IPv6 address, CIDR network, hostname or ``*``."""
     if not isinstance(value, str) or has_control(value):

@@ -3,8 +3,9 @@
 - every ``health_interval`` seconds, the cheap check (pools, LIO present, ganesha
   answering) that health answers from, so health costs no host call at all;
 - every ``reconcile_interval`` seconds, a full reconcile that finishes interrupted
-  deletes and re-applies whatever was lost behind ZDS's back (a ganesha restart, a
-  daemon that came up after the API), and records the drift that remains.
+  creates and deletes (those start-up could not) and re-applies whatever was lost
+  behind ZDS's back (a ganesha restart, a daemon that came up after the API), and
+  records the drift that remains.
 
 They are separate so a long reconcile (thousands of datastores under emulation) never
 makes health stale.
@@ -25,10 +26,10 @@ LOCK_WAIT = 600.0
 
 
 class Watcher:
-    def __init__(self, reconciler: Reconciler, finish_deletes: Callable[[], None],
+    def __init__(self, reconciler: Reconciler, finish_interrupted: Callable[[], None],
                  health_interval: float, reconcile_interval: float) -> None:
         self.reconciler = reconciler
-        self.finish_deletes = finish_deletes
+        self.finish_interrupted = finish_interrupted
         self.health_interval = health_interval
         self.reconcile_interval = reconcile_interval
         self._stop = threading.Event()
@@ -55,9 +56,10 @@ class Watcher:
         self._threads.append(thread)
 
     def repair(self) -> None:
-        """One reconcile round: finish deletes, re-apply, log what was repaired."""
+        """One reconcile round: finish creates and deletes, re-apply, log what was
+        repaired."""
         with self.reconciler.ctx.lock.hold("the background reconcile", timeout=LOCK_WAIT):
-            self.finish_deletes()
+            self.finish_interrupted()
             report = self.reconciler.full(wait=LOCK_WAIT)
         for action in report.applied:
             log.warning("repaired drift: %s", action.describe())

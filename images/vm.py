@@ -38,7 +38,7 @@ from images.paths import cache_root, images_dir, vm_dir
 
 OVMF_CODE = Path("/usr/share/OVMF/OVMF_CODE_4M.fd")
 OVMF_VARS = Path("/usr/share/OVMF/OVMF_VARS_4M.fd")
-GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260}
+GUEST_PORTS = {"api": 8443, "nfs": 2049, "mountd": 20048, "iscsi": 3260, "nvme": 4420}
 HEALTH_PATH = "/api/v1/system/health"
 # Sparse: they take host space only as ZFS writes. 64 GiB each gives the default pool room
 # for the README's examples (thin datastores may promise 20x a pool's capacity).
@@ -76,25 +76,18 @@ class SocketLink:
 
 @dataclass
 class Ports:
-    """Host ports on 127.0.0.1 forwarded to the guest's API, NFS, mountd and iSCSI ports."""
+    """Host ports on 127.0.0.1 forwarded to the guest's API, NFS, mountd, iSCSI and
+    NVMe/TCP ports."""
 
     api: int = 8443
     nfs: int = 2049
     mountd: int = 20048
     iscsi: int = 3260
+    nvme: int = 4420
 
     @classmethod
     def random_free(cls) -> Ports:
-        socks = []
-        try:
-            for _ in GUEST_PORTS:
-                s = socket.socket()
-                s.bind(("127.0.0.1", 0))
-                socks.append(s)
-            return cls(*(s.getsockname()[1] for s in socks))
-        finally:
-            for s in socks:
-                s.close()
+        return cls(*_free_ports(len(GUEST_PORTS)))
 
     def hostfwd(self) -> str:
         return ",".join(
@@ -105,6 +98,43 @@ class Ports:
 
 def log(msg: str) -> None:
     print(f"[vm {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def hmp_command(monitor: Path, cmd: str) -> str:
+    """One command on a QEMU human monitor socket (-monitor unix:...), its reply."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        s.connect(str(monitor))
+        time.sleep(0.2)
+        with contextlib.suppress(TimeoutError):
+            s.recv(65536)  # banner
+        s.sendall(cmd.encode() + b"\n")
+        time.sleep(0.3)
+        try:
+            return s.recv(65536).decode(errors="replace")
+        except TimeoutError:
+            return ""
+
+
+def _wait_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not Path(f"/proc/{pid}").exists():
+            return True
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, os.WNOHANG)
+        time.sleep(0.3)
+    return not Path(f"/proc/{pid}").exists()
+
+
+def _our_pid(pidfile: Path) -> int | None:
+    """The PID in pidfile, only if that process's command line names the pidfile (ours)."""
+    try:
+        pid = int(pidfile.read_text().strip())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        return None
+    return pid if str(pidfile).encode() in cmdline else None
 
 
 # ---------------------------------------------------------------------------- accel
@@ -359,12 +389,7 @@ class Appliance:
 
     def pid(self) -> int | None:
         """The running QEMU's PID from the pidfile, only if that process is really ours."""
-        try:
-            pid = int(self.pidfile.read_text().strip())
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except (OSError, ValueError):
-            return None
-        return pid if str(self.pidfile).encode() in cmdline else None
+        return _our_pid(self.pidfile)
 
     def start(self, kvm: bool | None = None) -> None:
         if self.pid() is not None:
@@ -384,18 +409,7 @@ class Appliance:
             raise VmError(f"qemu failed to start: {proc.stderr.strip()}")
 
     def monitor_command(self, cmd: str) -> str:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(5)
-            s.connect(str(self.monitor))
-            time.sleep(0.2)
-            with contextlib.suppress(TimeoutError):
-                s.recv(65536)  # banner
-            s.sendall(cmd.encode() + b"\n")
-            time.sleep(0.3)
-            try:
-                return s.recv(65536).decode(errors="replace")
-            except TimeoutError:
-                return ""
+        return hmp_command(self.monitor, cmd)
 
     def stop(self, timeout: float = 90.0) -> bool:
         """system_powerdown, wait, then SIGTERM/SIGKILL the pidfile PID. True if it was running."""
@@ -417,14 +431,21 @@ class Appliance:
         return True
 
     def _wait_gone(self, pid: int, timeout: float) -> bool:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if not Path(f"/proc/{pid}").exists():
-                return True
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitpid(pid, os.WNOHANG)
-            time.sleep(0.3)
-        return not Path(f"/proc/{pid}").exists()
+        return _wait_gone(pid, timeout)
+
+    def kill(self) -> float:
+        """SIGKILL to our QEMU (pidfile PID, checked): the machine stops between two
+        instructions, as in a power cut; its sockets close, so the switch and the peers
+        see its links go away. Returns time.time() of the kill; VmError if not running."""
+        self.close_control()
+        pid = self.pid()
+        if pid is None:
+            raise VmError(f"not running ({self.state_dir})")
+        t = time.time()
+        os.kill(pid, signal.SIGKILL)
+        if not _wait_gone(pid, 10):
+            raise VmError(f"QEMU pid {pid} still there after SIGKILL")
+        return t
 
     # -- health
     def health(self, timeout: float = 5.0) -> tuple[int, str] | None:
@@ -551,12 +572,125 @@ class Appliance:
             self.wait_healthy(max(60.0, timeout - (time.monotonic() - t0)))
 
 
+# ---------------------------------------------------------------------------- switch
+
+SWITCH_NAME = re.compile(r"[a-z][a-z0-9]{0,15}")
+
+
+@dataclass
+class Switch:
+    """Ethernet segments joining several QEMU guests on this host (a socket link joins
+    only two): one QEMU process without a machine (``-machine none``) holding a hub per
+    segment. Each port is a TCP socket the switch listens on at 127.0.0.1; a guest joins
+    with ``link()``, a SocketLink that connects to it. A hub repeats every frame to all
+    its other ports, like one shared wire.
+
+    The ports outlive the guests: QEMU accepts again on a port whose guest went away, so
+    a guest killed and booted again joins the same segments. ``set_link`` cuts or
+    restores one port (its frames are dropped both ways while the guest's NIC keeps its
+    carrier, as behind a real switch); a guest that connects again finds its port up."""
+
+    state_dir: Path
+    # segment -> its port names, e.g. {"cluster": ("a", "b")}
+    segments: dict[str, tuple[str, ...]]
+    # "segment-port" -> the TCP port on 127.0.0.1, chosen by start()
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [*self.segments, *(p for ps in self.segments.values() for p in ps)]
+        bad = [n for n in names if not SWITCH_NAME.fullmatch(n)]
+        if bad or not self.segments:
+            raise ValueError(f"bad switch segments {self.segments} ({bad})")
+
+    @property
+    def pidfile(self) -> Path:
+        return self.state_dir / "switch.pid"
+
+    @property
+    def monitor(self) -> Path:
+        return self.state_dir / "switch-monitor.sock"
+
+    @staticmethod
+    def netdev_id(segment: str, port: str) -> str:
+        return f"{segment}-{port}"
+
+    def qemu_argv(self) -> list[str]:
+        argv = ["qemu-system-x86_64", "-name", "zds-switch", "-machine", "none",
+                "-nodefaults", "-display", "none"]
+        for hub, (segment, names) in enumerate(self.segments.items()):
+            for name in names:
+                nid = self.netdev_id(segment, name)
+                argv += ["-netdev", f"socket,id={nid},listen=127.0.0.1:{self.ports[nid]}",
+                         "-netdev", f"hubport,id=hub-{nid},hubid={hub},netdev={nid}"]
+        return [*argv, "-monitor", f"unix:{self.monitor},server=on,wait=off",
+                "-pidfile", str(self.pidfile), "-daemonize"]
+
+    def start(self) -> None:
+        """Starts the switch on free ports (chosen again once if one was taken meanwhile)."""
+        if self.pid() is not None:
+            raise VmError(f"switch already running (pid {self.pid()})")
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        err = ""
+        for _attempt in range(2):
+            self.monitor.unlink(missing_ok=True)
+            ids = [self.netdev_id(s, p) for s, ps in self.segments.items() for p in ps]
+            self.ports = dict(zip(ids, _free_ports(len(ids)), strict=True))
+            proc = subprocess.run(self.qemu_argv(), capture_output=True, text=True,
+                                  check=False)
+            if proc.returncode == 0:
+                (self.state_dir / "switch-ports.json").write_text(json.dumps(self.ports))
+                return
+            err = proc.stderr.strip()
+        raise VmError(f"the switch did not start: {err}")
+
+    def link(self, segment: str, port: str, mac: str) -> SocketLink:
+        """A guest NIC (with this MAC) plugged into the port."""
+        return SocketLink("connect", self.ports[self.netdev_id(segment, port)], mac)
+
+    def set_link(self, segment: str, port: str, up: bool) -> None:
+        """Cuts (up=False) or restores one port's cable."""
+        nid = self.netdev_id(segment, port)
+        if nid not in self.ports:
+            raise ValueError(f"no port {nid}")
+        out = hmp_command(self.monitor, f"set_link {nid} {'on' if up else 'off'}")
+        if "not found" in out or "Error" in out:
+            raise VmError(f"set_link {nid}: {out}")
+
+    def pid(self) -> int | None:
+        return _our_pid(self.pidfile)
+
+    def stop(self) -> None:
+        """SIGTERM to the switch's PID (pidfile, checked ours); it holds no state."""
+        pid = self.pid()
+        if pid is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+        if not _wait_gone(pid, 10):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            _wait_gone(pid, 5)
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
 # ---------------------------------------------------------------------------- CLI
 
 
 def _ports_from_args(args: argparse.Namespace) -> Ports:
     return Ports(api=args.api_port, nfs=args.nfs_port, mountd=args.mountd_port,
-                 iscsi=args.iscsi_port)
+                 iscsi=args.iscsi_port, nvme=args.nvme_port)
 
 
 def _appliance(args: argparse.Namespace, ports: Ports | None = None) -> Appliance:
@@ -593,6 +727,8 @@ ZDS appliance is up ({time.monotonic() - t0:.0f} s to a healthy API).{_health_li
   token      {token}
   NFS        127.0.0.1:{app.ports.nfs} (mountd {app.ports.mountd})
   iSCSI      127.0.0.1:{app.ports.iscsi}
+  NVMe/TCP   127.0.0.1:{app.ports.nvme} (connect to it by NQN: discovery names the guest's
+             own address)
   console    {app.serial_log}
   data disks {', '.join(str(app.disk_path(i)) for i in range(app.data_disks))}
 
@@ -663,6 +799,8 @@ def main(argv: list[str] | None = None) -> int:
                      default=int(os.environ.get("ZDS_MOUNTD_PORT", 20048)))
     run.add_argument("--iscsi-port", type=int,
                      default=int(os.environ.get("ZDS_ISCSI_PORT", 3260)))
+    run.add_argument("--nvme-port", type=int,
+                     default=int(os.environ.get("ZDS_NVME_PORT", 4420)))
     run.add_argument("--fresh", action="store_true",
                      help="start from a fresh system disk (data disks are kept)")
     run.add_argument("--timeout", type=float, default=900.0)

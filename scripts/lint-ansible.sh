@@ -47,6 +47,7 @@ expected = {
     "tls_cert": Path("/etc/zds/tls/cert.pem"), "tls_key": Path("/etc/zds/tls/key.pem"),
     "state_dir": Path("/var/lib/zds"), "ganesha_exports_dir": Path("/var/lib/zds/ganesha"),
     "iqn_prefix": "iqn.2026-11.io.zds", "iscsi_portal": ("0.0.0.0", 3260),
+    "nqn_prefix": "nqn.2026-11.io.zds", "nvme_address": ("0.0.0.0", 4420),
     "firstboot_pool": "tank", "firstboot_disks": ("/dev/disk/by-id/virtio-zdsdata*",),
     "firstboot_layout": "mirror", "firstboot_demo_disk_size": "8G",
     "admin_token_file": Path("/etc/zds/admin-token"), "max_overcommit": 20.0,

@@ -33,6 +33,8 @@ def cmd_datastore(args: argparse.Namespace) -> int:
                              "initiator_groups": args.group or []}
         if "nfs_clients" in fields:
             body["nfs"] = {"clients": [nfs_client(c_) for c_ in args.client or []]}
+        if "nvme_hosts" in fields:
+            body["nvme"] = {"hosts": args.host_nqn or [], "initiator_groups": args.group or []}
         out(args, c.call("PUT", f"/datastores/{args.name}", body), describe)
     elif args.ds_cmd == "delete":
         return out_job(args, c.call("DELETE", f"/datastores/{args.name}",
@@ -40,7 +42,8 @@ def cmd_datastore(args: argparse.Namespace) -> int:
     elif args.ds_cmd == "attach":
         params = {k: v for k, v in (("server", args.address), ("port", args.port)) if v}
         out(args, c.call("GET", f"/datastores/{args.name}/attach", params=params or None),
-            lambda d: "\n".join(["# ESXi", *d["esxi"], "", "# libvirt pool XML",
+            lambda d: "\n".join([*(["# Linux", *d["linux"], ""] if d.get("linux") else []),
+                                 "# ESXi", *d["esxi"], "", "# libvirt pool XML",
                                  d["libvirt_pool_xml"], *d["virsh"]]))
     return 0
 
@@ -60,6 +63,8 @@ def describe(d: dict[str, Any]) -> str:
         lines.append(f"  export {d['nfs']['export_id']} path {d['nfs']['path']}")
     if d.get("iscsi"):
         lines.append(f"  target {d['iscsi']['iqn']} LUN 0 {d['iscsi']['wwn']}")
+    if d.get("nvme"):
+        lines.append(f"  subsystem {d['nvme']['nqn']} namespace 1 eui.{d['nvme']['nguid']}")
     if d.get("labels"):
         lines.append("  labels " + ", ".join(f"{k}={v}" for k, v in d["labels"].items()))
     p = d.get("protection")
@@ -93,6 +98,8 @@ def register(sub: Any) -> None:
     dp.add_argument("--client", action="append", help="NFS client[:rw|ro], repeatable")
     dp.add_argument("--initiator", action="append", help="initiator IQN, repeatable")
     dp.add_argument("--group", action="append", help="initiator group, repeatable")
+    dp.add_argument("--host-nqn", action="append",
+                    help="NVMe host NQN allowed to connect (nvme-tcp), repeatable")
     dp.add_argument("--label", action="append",
                     help="KEY=VALUE that snapshot policies select by, repeatable")
     dd = dsub.add_parser("delete")

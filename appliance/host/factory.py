@@ -11,6 +11,7 @@ from pathlib import Path
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
+from appliance.host.fakes.nvmet import FakeNvmet
 from appliance.host.fakes.probes import FakeDevFs, FakeInitiator, FakeMounter
 from appliance.host.fakes.replication import FakeSsh, FakeZfsSend
 from appliance.host.fakes.zfs import FakeZfs, GiB
@@ -24,6 +25,8 @@ from appliance.host.local import FakeLocalHost, LocalHost
 from appliance.host.localfs import DeviceFs
 from appliance.host.net import Iperf3
 from appliance.host.nfsclient import NfsMounter
+from appliance.host.nvme_initiator import FakeNvmeInitiator, NvmeInitiator
+from appliance.host.nvmet import NvmetHost
 from appliance.host.run import Runner
 from appliance.host.ssh import SshHost
 from appliance.host.sysstat import SysStats
@@ -38,7 +41,7 @@ ROOT_FS_PROPERTIES = {"compression": "lz4", "atime": "off", "xattr": "sa",
 
 @dataclass(frozen=True)
 class ProbeHosts:
-    """What the performance probes drive: fio, and the loopback NFS/iSCSI clients."""
+    """What the performance probes drive: fio, and the loopback NFS/iSCSI/NVMe clients."""
 
     fio: FioHost
     mounter: NfsMounter
@@ -47,6 +50,7 @@ class ProbeHosts:
     iperf: Iperf3 | None = None
     stats: SysStats | None = None
     sync: Callable[[str], float] | None = None
+    nvme: NvmeInitiator | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class HostAdapters:
     vsphere: VsphereConnector | None = None  # snapshot policies' VMware step
     hooks: HookHost | None = None  # snapshot policies' pre/post commands
     iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
+    nvmet: NvmetHost | None = None  # the kernel NVMe target (None: NVMe/TCP is down)
 
 
 def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
@@ -72,6 +77,7 @@ def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
     from appliance.host.iscsi_initiator import IscsiInitiator
     from appliance.host.localfs import LocalFs
     from appliance.host.nfsclient import NfsClient
+    from appliance.host.nvme_initiator import NvmeCli
     from appliance.host.run import SubprocessRunner
     from appliance.host.spawn import PopenSpawner
 
@@ -80,7 +86,8 @@ def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
     fs = LocalFs(runner)
     return ProbeHosts(fio=Fio(runner, spawner), mounter=NfsClient(runner),
                       initiator=IscsiInitiator(runner), devfs=fs,
-                      iperf=Iperf3(runner, spawner), stats=SysStats(), sync=fs.sync)
+                      iperf=Iperf3(runner, spawner), stats=SysStats(), sync=fs.sync,
+                      nvme=NvmeCli(runner))
 
 
 def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address: str | None,
@@ -95,6 +102,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
     from appliance.host.knfsd import Knfsd
     from appliance.host.lio import Lio
     from appliance.host.local import RealLocalHost
+    from appliance.host.nvmet import Nvmet
     from appliance.host.run import SubprocessRunner
     from appliance.host.ssh import OpenSsh
     from appliance.host.vsphere import PyVmomiConnector
@@ -118,6 +126,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         vsphere=PyVmomiConnector(),
         hooks=Hooks(runner, hooks_dir),
         iostats=IoStats(runner, ganesha_dbus_address, nfs_counters=nfs_server == "ganesha"),
+        nvmet=Nvmet(runner),
     )
 
 
@@ -139,6 +148,8 @@ class FakeHosts:
     iostats: FakeIoStats | None = None
     ssh: FakeSsh | None = None  # made in __post_init__ (joined to no network)
     zfs_send: FakeZfsSend | None = None
+    nvmet: FakeNvmet = field(default_factory=FakeNvmet)
+    nvme: FakeNvmeInitiator = field(default_factory=FakeNvmeInitiator)
 
     def __post_init__(self) -> None:
         if self.ssh is None:
@@ -149,9 +160,10 @@ class FakeHosts:
     def adapters(self) -> HostAdapters:
         return HostAdapters(self.zfs, self.lio, self.ganesha, self.local,
                             ProbeHosts(fio=self.fio, mounter=self.mounter,
-                                       initiator=self.initiator, devfs=self.devfs),
+                                       initiator=self.initiator, devfs=self.devfs,
+                                       nvme=self.nvme),
                             ssh=self.ssh, zfs_send=self.zfs_send, vsphere=self.vsphere,
-                            hooks=self.hooks, iostats=self.iostats)
+                            hooks=self.hooks, iostats=self.iostats, nvmet=self.nvmet)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
@@ -165,4 +177,4 @@ def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,
     ganesha = FakeGanesha()
     return FakeHosts(zfs=zfs, lio=FakeLio.linked_to(zfs), ganesha=ganesha,
                      local=FakeLocalHost(devices=set(disks or {}), name=hostname),
-                     iostats=FakeIoStats(ganesha, zfs))
+                     iostats=FakeIoStats(ganesha, zfs), nvmet=FakeNvmet.linked_to(zfs))

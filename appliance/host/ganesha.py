@@ -321,7 +321,10 @@ class GaneshaHost(Protocol):
         """One live export with its pseudo path and client matches; None if not live."""
 
     def rendered(self, export_id: int) -> str | None:
-        """The export block ZDS last wrote for ``export_id`` (None if no file)."""
+        """The export block ZDS last wrote for ``export_id`` and the server took (None if
+        no file, or if its apply never finished: a crash between writing the file and
+        the server taking it leaves a pending mark, so the reconcile applies it again
+        instead of taking the file for what is live)."""
 
     def add_export(self, spec: ExportSpec) -> None: ...
 
@@ -575,6 +578,8 @@ class Ganesha:
         return self._parse("DisplayExport", parse_display_export, text)
 
     def rendered(self, export_id: int) -> str | None:
+        if pending_mark(self._file(export_id)).exists():
+            return None
         return read_text_or_none(self._file(export_id))
 
     def add_export(self, spec: ExportSpec) -> None:
@@ -630,7 +635,7 @@ class Ganesha:
                 failed[s.export_id] = exc
         if not ready:
             return failed
-        olds = {s.export_id: self.rendered(s.export_id) for s, _ in ready}
+        olds = {s.export_id: read_text_or_none(self._file(s.export_id)) for s, _ in ready}
         for s, text in ready:
             write_atomic(self._file(s.export_id), text)
         bad: set[int] = set()
@@ -783,7 +788,9 @@ class Ganesha:
         """Write the file, load it with ``method``; on any failure put the old file back
         (and the old live state, when ganesha took the new block only in part)."""
         path = self._file(s.export_id)
-        old = self.rendered(s.export_id)
+        old = read_text_or_none(path)
+        mark = pending_mark(path)
+        write_atomic(mark, "")  # until ganesha took the block (a crash leaves it)
         write_atomic(path, text)
         try:
             reply = self._call(
@@ -793,7 +800,9 @@ class Ganesha:
             _summary, errors = self._parse(method, parse_export_message, reply)
         except BaseException:
             restore_file(path, old)
+            mark.unlink(missing_ok=True)
             raise
+        mark.unlink(missing_ok=True)
         if errors:
             restore_file(path, old)
             if method == "AddExport":
@@ -852,6 +861,11 @@ def read_text_or_none(path: Path) -> str | None:
         return path.read_text()
     except FileNotFoundError:
         return None
+
+
+def pending_mark(path: Path) -> Path:
+    """The mark that says ``path`` was written for a server that has not taken it yet."""
+    return path.with_name(f".{path.name}.pending")
 
 
 def restore_file(path: Path, old: str | None) -> None:

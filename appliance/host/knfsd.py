@@ -37,6 +37,7 @@ from appliance.host.ganesha import (
     ExportDisplay,
     LiveExport,
     client_admitted,
+    pending_mark,
     read_text_or_none,
     restore_file,
     write_atomic,
@@ -165,6 +166,8 @@ class Knfsd:
         return ExportDisplay(export_id, live[0], live[0], "", live[1])
 
     def rendered(self, export_id: int) -> str | None:
+        if pending_mark(self._file(export_id)).exists():
+            return None  # written, and exportfs -r may not have run since
         return read_text_or_none(self._file(export_id))
 
     def add_export(self, spec: ExportSpec) -> None:
@@ -187,7 +190,9 @@ class Knfsd:
                 failed[spec.export_id] = exc
                 continue
             taken[s.path] = s.export_id
-            written[s.export_id] = (s.path, self.rendered(s.export_id))
+            written[s.export_id] = (s.path, read_text_or_none(self._file(s.export_id)))
+            # marked until exportfs -r ran: a crash before it leaves the mark
+            write_atomic(pending_mark(self._file(s.export_id)), "")
             write_atomic(self._dir() / _file_name(s.export_id), text)
         if not written:
             return failed
@@ -196,7 +201,10 @@ class Knfsd:
         except BaseException:
             for eid, (_path, old) in written.items():
                 restore_file(self._file(eid), old)
+                pending_mark(self._file(eid)).unlink(missing_ok=True)
             raise
+        for eid in written:
+            pending_mark(self._file(eid)).unlink(missing_ok=True)
         now = self._live()
         for eid, (path, old) in written.items():
             if now.get(eid, ("", ()))[0] != path:

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from appliance.errors import (
     Conflict,
+    DeviceMissing,
     HostCommandFailed,
     InvalidInput,
     NotFound,
@@ -91,6 +92,10 @@ class LiveTarget:
 
     spec: TargetSpec
     sessions: tuple[str, ...] = ()  # initiator IQNs with an active session
+    # TPG 1 as apply_target leaves it: enabled, and demanding CHAP exactly when an ACL
+    # has it (rtslib writes these last and first: a crash between leaves them wrong)
+    enabled: bool = True
+    authentication: bool = False
 
 
 @dataclass(frozen=True)
@@ -392,7 +397,7 @@ class ConfigfsReader:
             return None
         tpg = os.path.join(tdir, "tpgt_1")
         if not os.path.isdir(tpg):
-            return LiveTarget(TargetSpec(iqn, (), (), ()))
+            return LiveTarget(TargetSpec(iqn, (), (), ()), enabled=False)
         luns: list[LunSpec] = []
         for entry in _listdir(os.path.join(tpg, "lun")):
             if not entry.startswith("lun_"):
@@ -423,7 +428,10 @@ class ConfigfsReader:
         spec = TargetSpec(iqn=iqn, luns=tuple(sorted(luns, key=lambda x: x.lun)),
                           acls=tuple(sorted(acls, key=lambda a: a.initiator)),
                           portals=tuple(sorted(portals)))
-        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)))
+        return LiveTarget(spec=spec, sessions=tuple(sorted(sessions)),
+                          enabled=(_read(os.path.join(tpg, "enable")) or "0").strip() == "1",
+                          authentication=(_read(os.path.join(tpg, "attrib", "authentication"))
+                                          or "0").strip() == "1")
 
     def _lun(self, ldir: str, number: int) -> LunSpec | None:
         for entry in _listdir(ldir):
@@ -617,7 +625,7 @@ class Lio:
         check_spec(spec)
         for lun in spec.luns:
             if not self._device_check(lun.device):
-                raise NotFound(f"cannot export {lun.device}: no such block device")
+                raise DeviceMissing(f"cannot export {lun.device}: no such block device")
 
     def _apply(self, rtslib: Any, fabric: Any, spec: TargetSpec,
                index: dict[str, BackstoreInfo], hbas: _HbaIndexes,

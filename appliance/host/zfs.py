@@ -206,7 +206,18 @@ class ZfsHost(Protocol):
         without any are absent); one command for all; {} if ``root`` is missing."""
 
     def create_filesystem(self, name: str, properties: Mapping[str, str]) -> None:
-        """Creates parents as needed (``zfs create -p``)."""
+        """Creates parents as needed (``zfs create -p``). ``zfs create`` creates, then
+        mounts: a crash between the two leaves the file system ``mounted=no`` (canmount
+        on), which :meth:`mount` finishes."""
+
+    def mount(self, name: str) -> None:
+        """``zfs mount``: a file system that is not mounted is; one that is, is left as
+        it is. No mountpoint (none, legacy) or canmount=off is ``Conflict``, a volume
+        ``InvalidInput``."""
+
+    def unmount(self, name: str) -> None:
+        """``zfs unmount``: the state a ``zfs create`` cut before its mount leaves (the
+        contract checks reach it this way). Not mounted: nothing to do."""
 
     def create_volume(
         self, name: str, size: int, sparse: bool, properties: Mapping[str, str]
@@ -964,6 +975,30 @@ class Zfs:
 
     def create_filesystem(self, name: str, properties: Mapping[str, str]) -> None:
         self._create(name, ["zfs", "create", *_prop_args("-o", properties), _arg_name(name)])
+
+    def mount(self, name: str) -> None:
+        try:
+            self._run(["zfs", "mount", _arg_name(name)])
+        except (NotFound, Unavailable, InvalidInput):
+            raise
+        except ZdsError as exc:
+            # zfs 2.3: "cannot mount 'tank/fs': filesystem already mounted"
+            if "already mounted" in exc.message:
+                return
+            # "'canmount' property is set to 'off'", "no mountpoint set", "legacy
+            # mountpoint", "directory is not empty"...
+            raise Conflict(exc.message, detail=exc.detail) from exc
+
+    def unmount(self, name: str) -> None:
+        try:
+            self._run(["zfs", "unmount", _arg_name(name)])
+        except (NotFound, Unavailable):
+            raise
+        except ZdsError as exc:
+            # "cannot unmount 'tank/fs': not currently mounted"
+            if "not currently mounted" in exc.message:
+                return
+            raise
 
     def create_volume(self, name: str, size: int, sparse: bool,
                       properties: Mapping[str, str]) -> None:

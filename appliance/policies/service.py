@@ -241,6 +241,29 @@ class PolicyService:
             raise Conflict(f"snapshot policy {name} is disabled: enable it to run it")
         return self.ctx.scheduler.run_now(task_name(name))
 
+    def recover(self) -> None:
+        """At start-up (after JobManager.recover): a run the restart interrupted becomes
+        the policy's last run, failed, so health says so and what to do. What it took is
+        kept (one ``zfs snapshot`` per pool: all of a pool's or none) and what it did not
+        prune yet is pruned by the next run; its slot is not run again (a run that kills
+        the API must not do so at every start)."""
+        states = self.records.states()
+        for spec in self.records.list():
+            try:
+                job = self.ctx.scheduler.state(task_name(spec.name)).last_job
+            except NotFound:
+                continue  # disabled: not scheduled
+            if job is None or job.state != "failed" or (job.error or {}).get(
+                    "code") != "interrupted":
+                continue
+            last = states.get(spec.name)
+            if last is not None and last.job_id == job.id:
+                continue
+            self.records.set_state(
+                spec.name, "failed", "the API stopped during this run: the snapshots it "
+                "took are kept and the next run prunes; the next slot runs as usual, or "
+                f"POST /api/v1/snapshot-policies/{spec.name}/run now", job.id)
+
     # --- health ---------------------------------------------------------------------
     def health(self) -> tuple[bool, str]:
         """For the health endpoint: no host call, two SQLite reads."""

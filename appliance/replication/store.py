@@ -6,6 +6,7 @@ from __future__ import annotations
 import builtins
 import json
 import time
+from dataclasses import dataclass
 
 from appliance.host.ssh import AuthorizedKey
 from appliance.replication.model import (
@@ -24,6 +25,14 @@ CREATE TABLE IF NOT EXISTS replications (
     created REAL NOT NULL,
     updated REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS promotions (
+    datastore TEXT PRIMARY KEY,
+    replication TEXT NOT NULL,
+    replica TEXT NOT NULL,
+    dataset TEXT NOT NULL,
+    mountpoint TEXT,
+    created REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS replication_keys (
     name TEXT PRIMARY KEY,
     public_key TEXT NOT NULL,
@@ -32,6 +41,19 @@ CREATE TABLE IF NOT EXISTS replication_keys (
     created REAL NOT NULL
 );
 """
+
+
+@dataclass(frozen=True)
+class Promotion:
+    """A promote in progress, recorded before anything changes: replica ``replica``
+    (of replication ``replication``) becoming datastore ``datastore`` at ``dataset``,
+    mounted at ``mountpoint`` (file systems). A crash part-way is finished from it."""
+
+    datastore: str
+    replication: str
+    replica: str
+    dataset: str
+    mountpoint: str | None
 
 
 class ReplicationStore:
@@ -78,6 +100,32 @@ class ReplicationStore:
     def delete(self, name: str) -> None:
         with self.store.connect() as db:
             db.execute("DELETE FROM replications WHERE name=?", (name,))
+
+    # --- promotions in progress -------------------------------------------------------
+    def put_promotion(self, p: Promotion) -> None:
+        with self.store.connect() as db:
+            db.execute("INSERT OR REPLACE INTO promotions (datastore, replication, replica, "
+                       "dataset, mountpoint, created) VALUES (?,?,?,?,?,?)",
+                       (p.datastore, p.replication, p.replica, p.dataset, p.mountpoint,
+                        time.time()))
+
+    def get_promotion(self, datastore: str) -> Promotion | None:
+        with self.store.connect() as db:
+            row = db.execute("SELECT * FROM promotions WHERE datastore=?",
+                             (datastore,)).fetchone()
+        if row is None:
+            return None
+        return Promotion(row["datastore"], row["replication"], row["replica"],
+                         row["dataset"], row["mountpoint"])
+
+    def promotions(self) -> builtins.list[Promotion]:
+        with self.store.connect() as db:
+            rows = db.execute("SELECT datastore FROM promotions").fetchall()
+        return [p for r in rows if (p := self.get_promotion(r["datastore"])) is not None]
+
+    def delete_promotion(self, datastore: str) -> None:
+        with self.store.connect() as db:
+            db.execute("DELETE FROM promotions WHERE datastore=?", (datastore,))
 
     # --- authorized source keys -----------------------------------------------------
     def put_key(self, key: AuthorizedKey) -> None:

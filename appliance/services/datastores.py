@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import re
 import time
@@ -11,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from appliance import validate
+from appliance import properties, validate
 from appliance.attach import AttachInstructions
 from appliance.context import Context
 from appliance.errors import (
@@ -20,6 +19,7 @@ from appliance.errors import (
     InvalidInput,
     NotFound,
     Unavailable,
+    Unsupported,
     ZdsError,
 )
 from appliance.host.zfs import DatasetInfo
@@ -34,6 +34,7 @@ from appliance.model import (
     DatastoreSpec,
     IscsiAccess,
     NfsClient,
+    NvmeAccess,
     Overrides,
     naa_wwn,
 )
@@ -41,8 +42,17 @@ from appliance.policies.protection import Protection, ProtectionSource
 from appliance.reconciler import LiveState, Reconciler
 from appliance.services.pools import PoolService
 from appliance.transports.base import AnyTransport
+from appliance.transports.storage import RECONCILE
 
 log = logging.getLogger(__name__)
+
+# Why an NVMe/TCP datastore cannot have DH-HMAC-CHAP (the transport says the same).
+NVME_NO_DHCHAP = (
+    "DH-HMAC-CHAP is not available: the appliance's kernel (Debian 12, 6.1) is built "
+    "without CONFIG_NVME_TARGET_AUTH, so its NVMe target cannot authenticate hosts. "
+    "Access is restricted by the host NQN list (nvme.hosts and initiator groups), the "
+    "address the NVMe/TCP port listens on ([nvme] address in zds.toml) and the firewall; "
+    "nothing was changed")
 
 # How long a background job (delete) waits for the change lock.
 JOB_LOCK_WAIT = 3600.0
@@ -74,6 +84,10 @@ class DatastoreRequest:
     recordsize: int | str | None = None
     volblocksize: int | str | None = None
     labels: dict[str, str] | None = None  # what snapshot policies may select it by
+    nvme_hosts: list[str] = field(default_factory=list)  # host NQNs
+    nvme_initiator_groups: list[str] = field(default_factory=list)
+    nvme_allow_any_host: bool = False
+    nvme_dhchap: bool = False  # DH-HMAC-CHAP was asked for (refused: the kernel lacks it)
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,11 @@ class DatastoreView:
     online: bool  # its pool is imported and its dataset exists
     protection: Protection | None = None  # what snapshot policies did for it
     warnings: tuple[str, ...] = ()  # said once, in the answer to the PUT that caused it
+    # the record's state, except that a ready datastore that is not served is "unserved"
+    state: str = ""
+    problem: str | None = None  # why it is not as recorded (the record's error, or why
+    #                             it is not served)
+    action: str | None = None  # what repairs it (the reconcile itself, or a person)
 
 
 class DatastoreService:
@@ -106,6 +125,9 @@ class DatastoreService:
         self.pools = pools
         # checks a delete must pass (raise to refuse), e.g. "replicated elsewhere"
         self.delete_guards: builtins.list[Callable[[DatastoreRecord], None]] = []
+        # finishers of creations that are not plain creates (a promote of a replica):
+        # each returns True when the interrupted creation was its own and it finished it
+        self.create_finishers: builtins.list[Callable[[DatastoreRecord], bool]] = []
         # snapshot policies' last good snapshot per datastore (read from SQLite)
         self.protection = protection
 
@@ -176,6 +198,13 @@ class DatastoreService:
         if ds is not None and t is not None:
             path, device = t.storage.location(self.ctx.zfs, rec.spec.dataset, ds)
         ratio = props.get("compressratio", "1.00").rstrip("x")
+        serving = live.serving(rec)
+        state: str = rec.state
+        problem, action = rec.error, self._action(rec)
+        if rec.state == "ready" and not serving:
+            # never "ready" when no host can reach it: say why, and what repairs it
+            state = "unserved"
+            problem, action = self._unserved(rec, ds, live)
         return DatastoreView(
             record=rec,
             dataset=rec.spec.dataset,
@@ -188,11 +217,47 @@ class DatastoreService:
             compressratio=float(ratio) if re.fullmatch(r"\d+(\.\d+)?", ratio) else 1.0,
             properties={k: v for k, v in props.items()
                         if k in DATASTORE_SETTINGS and v not in ("", "-")},
-            serving=live.serving(rec),
+            serving=serving,
             clients=live.clients(rec),
             snapshots=snapshots,
             online=ds is not None,
+            state=state,
+            problem=problem,
+            action=action,
         )
+
+    def _action(self, rec: DatastoreRecord) -> str | None:
+        if rec.state == "error":
+            return f"PUT /api/v1/datastores/{rec.name} with its settings repairs it"
+        if rec.state in ("creating", "deleting") and rec.error:
+            return (f"retried at every reconcile ({RECONCILE}); if it keeps failing, fix "
+                    "what the error names")
+        return None
+
+    def _unserved(self, rec: DatastoreRecord, ds: DatasetInfo | None,
+                  live: LiveState) -> tuple[str, str]:
+        """Why a ready datastore is not served and what repairs it: the last check's
+        drift about it when there is one, else what its view shows."""
+        t = self.ctx.transports.get(rec.spec.protocol)
+        subjects = {rec.name, rec.spec.dataset, *(t.subjects(rec) if t else ())}
+        for item in self.reconciler.status.drift:
+            if item.subject in subjects and item.action:
+                return item.reason, item.action
+        if ds is None:
+            return (f"dataset {rec.spec.dataset} is missing (or pool {rec.spec.pool} is "
+                    "not imported)", f"import the pool, or DELETE /api/v1/datastores/{rec.name}")
+        if t is None:
+            return (f"protocol {rec.spec.protocol} is not served by this appliance",
+                    "update the appliance")
+        part = live.parts.get(t.name)
+        if part is not None and not part.up:
+            return f"{t.daemon} is not answering", t.health_detail(False)
+        problem = t.storage.problem(rec.spec.dataset, ds, None)
+        if problem is not None:
+            return problem.reason, problem.action
+        return (f"its {t.daemon} export/target is not live",
+                f"the reconcile serves it again ({RECONCILE}); GET /api/v1/system/drift "
+                "says what differs")
 
     # --- validation -----------------------------------------------------------------
 
@@ -222,7 +287,15 @@ class DatastoreService:
         initiators = tuple(sorted({validate.iqn(i) for i in req.initiators}))
         groups = tuple(sorted({validate.resource_name(g, "initiator group name")
                                for g in req.initiator_groups}))
-        for g in groups:
+        if req.nvme_dhchap:
+            raise Unsupported(NVME_NO_DHCHAP)
+        hosts = tuple(sorted({validate.nqn(h) for h in req.nvme_hosts}))
+        nvme_groups = tuple(sorted({validate.resource_name(g, "initiator group name")
+                                    for g in req.nvme_initiator_groups}))
+        if req.nvme_allow_any_host and (hosts or nvme_groups):
+            raise InvalidInput("nvme allow_any_host admits every host: give it without "
+                               "hosts and initiator_groups, or name the hosts instead")
+        for g in (*groups, *nvme_groups):
             if self.ctx.store.get_group(g) is None:
                 raise NotFound(f"initiator group {g!r} not found")
         chap = None
@@ -258,6 +331,7 @@ class DatastoreService:
             iscsi=IscsiAccess(initiators, groups, chap),
             overrides=overrides,
             labels=labels,
+            nvme=NvmeAccess(hosts, nvme_groups, req.nvme_allow_any_host),
         )
         # the export/target this spec will become, checked by the adapter's own rules
         # now, so nothing it would refuse gets as far as creating a dataset
@@ -290,7 +364,7 @@ class DatastoreService:
         """Creates or updates the datastore; returns (view, created)."""
         spec = self.validate_request(name, req)
         with self.ctx.lock.hold(f"PUT datastore {name}"):
-            for group in spec.iscsi.initiator_groups:  # deleted since validation?
+            for group in spec.initiator_groups:  # deleted since validation?
                 if self.ctx.store.get_group(group) is None:
                     raise NotFound(f"initiator group {group!r} not found")
             existing = self.ctx.store.get_datastore(name)
@@ -357,6 +431,7 @@ class DatastoreService:
             export_id=identity.export_id,
             iqn=identity.iqn,
             serial=identity.serial,
+            nqn=identity.nqn,
             origin=origin,
             created=time.time(),
         )
@@ -387,33 +462,11 @@ class DatastoreService:
 
     def zfs_properties(self, rec: DatastoreRecord) -> dict[str, str]:
         """Native + zds:* properties for the dataset/zvol of ``rec``."""
-        props = self.ctx.transports.of(rec.spec.protocol).zfs_properties(rec.spec)
-        props.update(self.user_properties(rec))
-        return props
+        return properties.dataset_properties(self.ctx.transports.of(rec.spec.protocol), rec)
 
     def user_properties(self, rec: DatastoreRecord) -> dict[str, str]:
         """What a pool carries to another appliance about this datastore (no secrets)."""
-        spec = rec.spec
-        access: dict[str, Any] = self.ctx.transports.of(spec.protocol).access_record(spec)
-        props = {
-            "zds:managed": "true",
-            "zds:name": spec.name,
-            "zds:protocol": spec.protocol,
-            "zds:profile": spec.profile,
-            "zds:thin": "true" if spec.thin else "false",
-            "zds:size": str(spec.size),
-            "zds:access": json.dumps(access, sort_keys=True, separators=(",", ":")),
-        }
-        if rec.export_id is not None:
-            props["zds:export_id"] = str(rec.export_id)
-        if rec.iqn:
-            props["zds:iqn"] = rec.iqn
-        if rec.serial:
-            props["zds:serial"] = rec.serial
-        if spec.labels:
-            props["zds:labels"] = json.dumps(dict(spec.labels), sort_keys=True,
-                                             separators=(",", ":"))
-        return props
+        return properties.user_properties(self.ctx.transports.of(rec.spec.protocol), rec)
 
     def create_clone(self, spec: DatastoreSpec, snapshot: str) -> DatastoreView:
         """Called by the snapshot service under the engine lock."""
@@ -451,15 +504,23 @@ class DatastoreService:
         if spec.size > old.size or (old.thin and not spec.thin):
             self._check_space(spec, already=0 if old.thin and not spec.thin else old.size)
         new = replace(rec, spec=spec, state="ready", error=None)
-        props = self.zfs_properties(new)
-        if old.labels and not spec.labels:
-            props["zds:labels"] = "{}"  # cleared (a user property cannot be unset by set)
-        # properties fixed at creation, or that only a change of size may touch
-        props = transport.storage.update_properties(props, spec, old)
-        self.ctx.zfs.set_properties(spec.dataset, props)
+        # the new spec is recorded first: if the process dies before ZFS has it, the
+        # dataset's zds:* lag the record and the reconcile finishes the change
         self.ctx.store.put_datastore(new)
+        try:
+            self.ctx.zfs.set_properties(spec.dataset,
+                                        properties.update_properties(transport, new, old))
+        except Exception:
+            self.ctx.store.put_datastore(rec)  # refused: nothing changed, as recorded
+            raise
         report = self.reconciler.datastores([new])
         failures = report.failures_for(*transport.subjects(new), "zfs")
+        if spec.size > old.size and not failures:
+            try:
+                transport.resized(new)
+            except ZdsError as exc:  # the hosts see the size at their next rescan
+                log.warning("datastore %s grew; telling its hosts failed: %s", new.name,
+                            exc.message)
         if failures:
             raise Unavailable("the datastore was changed in ZFS but could not be re-served: "
                               + "; ".join(failures) + " (it is retried at every reconcile)")
@@ -512,22 +573,46 @@ class DatastoreService:
         self.ctx.store.delete_datastore(rec.name)
 
     def finish_interrupted(self, states: tuple[str, ...] = ("creating", "deleting")) -> None:
-        """Completes what a crash interrupted: a create (dataset made if missing, then
-        ready) or a delete. Called under the lock at start-up and by the watcher."""
+        """Completes what a crash interrupted, as the record's state says was intended: a
+        create is finished (its dataset made, or completed if it exists: mounted, grown,
+        its zvol's device waited for) and then served by the reconcile, or rolled back
+        when it cannot be (the pool no longer has room, a clone's snapshot is gone); a
+        delete is finished. Called under the lock at start-up and by the watcher."""
         imported = self.pools.imported()
         for rec in self.ctx.store.list_datastores():
             if rec.state not in states or rec.spec.pool not in imported:
                 continue
             try:
                 if rec.state == "creating":
-                    if self.ctx.zfs.get_dataset(rec.spec.dataset, ("type",)) is None:
-                        self.create_dataset(rec)
-                    self.ctx.store.put_datastore(rec.with_state("ready"))
+                    self._finish_create(rec)
                 elif rec.state == "deleting":
                     self.finish_delete(rec)
             except ZdsError as exc:
                 log.error("could not finish %s of %s: %s", rec.state, rec.name, exc.message)
                 self.ctx.store.put_datastore(rec.with_state(rec.state, exc.message))
+
+    def _finish_create(self, rec: DatastoreRecord) -> None:
+        if any(finish(rec) for finish in self.create_finishers):
+            return
+        zfs = self.ctx.zfs
+        info = zfs.get_dataset(rec.spec.dataset, ("type", "zds:name"))
+        if info is None:
+            try:
+                self.create_dataset(rec)
+            except (InsufficientSpace, InvalidInput, NotFound, Conflict) as exc:
+                # the intent cannot be carried out now: back to nothing, as the PUT that
+                # recorded it would have done (its client saw no answer)
+                log.error("rolling back the interrupted creation of %s: %s", rec.name,
+                          exc.message)
+                self._undo_create(rec)
+                return
+        elif info.prop("zds:name") != rec.name:
+            raise Conflict(f"dataset {rec.spec.dataset} exists and is not this datastore's "
+                           "(zds:name differs): rename or destroy it, or delete the "
+                           "datastore")
+        else:
+            self.transport(rec).storage.finish(zfs, rec.spec)
+        self.ctx.store.put_datastore(rec.with_state("ready"))
 
     def subjects(self, rec: DatastoreRecord) -> tuple[str, ...]:
         """What a reconcile report names ``rec``'s export/target by."""

@@ -1,4 +1,6 @@
-"""Initiator groups: named sets of IQNs (like ONTAP igroups), reusable across LUNs."""
+"""Initiator groups: named sets of hosts by their initiator names (like ONTAP igroups),
+reusable across datastores: iSCSI IQNs and NVMe host NQNs side by side, so one group
+names a cluster's hosts for every block protocol (each takes the names it speaks)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ class InitiatorGroupService:
 
     def _used_by(self, name: str) -> list[str]:
         return [r.name for r in self.ctx.store.list_datastores()
-                if name in r.spec.iscsi.initiator_groups]
+                if name in r.spec.initiator_groups]
 
     def list(self) -> list[GroupView]:
         return [GroupView(g, self._used_by(g.name)) for g in self.ctx.store.list_groups()]
@@ -39,7 +41,7 @@ class InitiatorGroupService:
 
     def put(self, name: str, initiators: builtins.list[str]) -> tuple[GroupView, bool]:
         validate.resource_name(name, "initiator group name")
-        iqns = tuple(sorted({validate.iqn(i) for i in initiators}))
+        iqns = tuple(sorted({validate.initiator_name(i) for i in initiators}))
         with self.ctx.lock.hold(f"PUT initiator group {name}"):
             old = self.ctx.store.get_group(name)
             if old is not None and old.initiators == iqns:

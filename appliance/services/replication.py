@@ -81,7 +81,7 @@ from appliance.replication.model import (
     parse_interval,
     snapshot_prefix,
 )
-from appliance.replication.store import ReplicationStore
+from appliance.replication.store import Promotion, ReplicationStore
 from appliance.scheduler import Task, every
 from appliance.services.datastores import (
     ChapRequest,
@@ -102,7 +102,7 @@ LATE_INTERVALS = 2
 LATE_GRACE = 600.0
 INCOMING_PROPERTIES = ("type", "used", "referenced", "receive_resume_token", "readonly",
                        *REPLICA_PROPERTIES, "zds:name", "zds:protocol", "zds:size",
-                       "zds:serial", "zds:iqn", "zds:managed")
+                       "zds:serial", "zds:iqn", "zds:nqn", "zds:managed")
 
 
 @dataclass(frozen=True)
@@ -191,6 +191,8 @@ class PromoteRequest:
     initiator_groups: list[str] | None = None
     chap: ChapRequest | None = None
     keep_access: bool = False
+    nvme_hosts: list[str] | None = None
+    nvme_initiator_groups: list[str] | None = None
 
 
 @dataclass(frozen=True)
@@ -244,6 +246,9 @@ class ReplicationService:
                     rec.status, state="failed", failures=rec.status.failures + 1,
                     last_error={"code": "interrupted", "message": "the API stopped during "
                                 "this run; the next run resumes what the target kept"}))
+        for p in self.records.promotions():  # recorded, then died before the record
+            if self.ctx.store.get_datastore(p.datastore) is None:
+                self.records.delete_promotion(p.datastore)
         if self.ctx.hosts.ssh is None:
             return
         keys = self.records.source_keys()
@@ -854,7 +859,13 @@ class ReplicationService:
                 i for i in src.iscsi.initiators if keep],
             initiator_groups=req.initiator_groups if req.initiator_groups is not None else [
                 g for g in src.iscsi.initiator_groups if keep],
-            chap=req.chap)
+            chap=req.chap,
+            nvme_hosts=req.nvme_hosts if req.nvme_hosts is not None else [
+                h for h in src.nvme.hosts if keep],
+            nvme_initiator_groups=req.nvme_initiator_groups
+            if req.nvme_initiator_groups is not None else [
+                g for g in src.nvme.initiator_groups if keep],
+            nvme_allow_any_host=src.nvme.allow_any_host and keep)
         # the source had CHAP: its secrets never travel, and its initiators relied on it
         if adopted.error and req.chap is None and keep:
             raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
@@ -877,15 +888,26 @@ class ReplicationService:
                                                         records, new_name)
             notes += said
             rec = DatastoreRecord(spec=spec, state="creating", export_id=identity.export_id,
-                                  iqn=identity.iqn, serial=identity.serial,
+                                  iqn=identity.iqn, serial=identity.serial, nqn=identity.nqn,
                                   created=time.time())
             if inc.resume_pending:
                 self.zsend.abort_partial(Endpoint(None), inc.dataset)
                 notes.append("An interrupted receive was dropped: the datastore holds the "
                              f"newest complete snapshot ({inc.newest_snapshot}).")
-            self._promote_dataset(inc, new_dataset, rec, mountpoint)
+            # the intent first, then the record: a crash from here on is finished at the
+            # next start (finish_promote), never mistaken for a create
+            promotion = Promotion(new_name, inc.name, inc.dataset, new_dataset, mountpoint)
+            self.records.put_promotion(promotion)
+            self.ctx.store.put_datastore(rec)
+            try:
+                self._promote_dataset(promotion, rec)
+            except Exception:
+                self.ctx.store.delete_datastore(rec.name)  # refused: the replica as it was
+                self.records.delete_promotion(new_name)
+                raise
             rec = rec.with_state("ready")
             self.ctx.store.put_datastore(rec)
+            self.records.delete_promotion(new_name)
             report = self.reconciler.datastores([rec])
             failures = report.failures_for(*transport.subjects(rec), "zfs")
             if failures:
@@ -935,31 +957,64 @@ class ReplicationService:
         notes.append(f"The export keeps the source's path {kept}.")
         return kept
 
-    def _promote_dataset(self, inc: IncomingView, new_dataset: str, rec: DatastoreRecord,
-                         mountpoint: str | None) -> None:
+    def _promote_dataset(self, p: Promotion, rec: DatastoreRecord) -> None:
+        """Replica -> datastore dataset: (thick: its reservation), renamed into
+        ``POOL/datastores``, then :meth:`_promoted`; put back as it was if refused."""
         zfs, spec = self.ctx.zfs, rec.spec
         storage = self.ctx.transports.of(spec.protocol).storage
+        # space first: a thick datastore that does not fit changes nothing
+        if not spec.thin:
+            zfs.set_properties(p.replica, {"refreservation": storage.thick_reservation(spec)})
+        self.zsend.rename(p.replica, p.dataset)
+        try:
+            self._promoted(p, rec)
+        except ZdsError:
+            try:  # back to a replica, as it was
+                zfs.set_properties(p.dataset, {"readonly": "on",
+                                               "zds:replication": p.replication})
+                self.zsend.rename(p.dataset, p.replica)
+            except ZdsError as exc:
+                log.error("promote %s: could not put the replica back: %s", p.replication,
+                          exc.message)
+            raise
+
+    def _promoted(self, p: Promotion, rec: DatastoreRecord) -> None:
+        """The renamed replica made a datastore's dataset (idempotent): writable, this
+        datastore's zds:*, mounted where it is served (or its zvol's device there)."""
+        zfs = self.ctx.zfs
+        storage = self.ctx.transports.of(rec.spec.protocol).storage
         props = self.datastores.zfs_properties(rec)
         for fixed in ("volblocksize", "refreservation"):
             props.pop(fixed, None)
-        # space first: a thick datastore that does not fit changes nothing
-        if not spec.thin:
-            zfs.set_properties(inc.dataset, {"refreservation": storage.thick_reservation(spec)})
-        self.zsend.rename(inc.dataset, new_dataset)
-        try:
-            props.update({"readonly": "off", "zds:replication": ""})
-            props.update(storage.promoted_properties(mountpoint))
-            zfs.set_properties(new_dataset, props)
-            storage.after_promote(zfs, self.zsend, new_dataset)
-        except ZdsError:
-            try:  # back to a replica, as it was
-                zfs.set_properties(new_dataset, {"readonly": "on",
-                                                 "zds:replication": inc.name})
-                self.zsend.rename(new_dataset, inc.dataset)
-            except ZdsError as exc:
-                log.error("promote %s: could not put the replica back: %s", inc.name,
-                          exc.message)
-            raise
+        props.update({"readonly": "off", "zds:replication": ""})
+        props.update(storage.promoted_properties(p.mountpoint))
+        zfs.set_properties(p.dataset, props)
+        storage.after_promote(zfs, self.zsend, p.dataset)
+
+    def finish_promote(self, rec: DatastoreRecord) -> bool:
+        """At start-up, for a ``creating`` record: finishes the promote a crash cut, if
+        one was recorded (True: done here, the record is ready or gone). The replica
+        already renamed is made a datastore; one still a replica is promoted again;
+        with neither left, nothing can be served and the record goes."""
+        p = self.records.get_promotion(rec.name)
+        if p is None:
+            return False
+        zfs = self.ctx.zfs
+        if zfs.get_dataset(p.dataset, ("type",)) is not None:
+            self._promoted(p, rec)
+        elif zfs.get_dataset(p.replica, ("type",)) is not None:
+            self._promote_dataset(p, rec)
+        else:
+            log.error("promote of %s into %s: neither %s nor %s exists; forgetting it",
+                      p.replication, rec.name, p.replica, p.dataset)
+            self.ctx.store.delete_datastore(rec.name)
+            self.records.delete_promotion(rec.name)
+            return True
+        self.ctx.store.put_datastore(rec.with_state("ready"))
+        self.records.delete_promotion(rec.name)
+        log.warning("finished the promote of %s into datastore %s that a restart cut",
+                    p.replication, rec.name)
+        return True
 
 
 def _task(name: str) -> str:
@@ -1015,6 +1070,8 @@ def _access_notes(src: DatastoreSpec, req: PromoteRequest, chap: bool,
         left.append(f"{len(src.iscsi.initiators)} initiator(s)")
     if req.initiator_groups is None and src.iscsi.initiator_groups:
         left.append(f"{len(src.iscsi.initiator_groups)} initiator group(s)")
+    if req.nvme_hosts is None and src.nvme.hosts:
+        left.append(f"{len(src.nvme.hosts)} NVMe host(s)")
     if chap and req.chap is None:
         left.append("CHAP")
     if not left:

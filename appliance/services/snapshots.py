@@ -198,4 +198,7 @@ class SnapshotService:
             initiator_groups=list(spec.iscsi.initiator_groups),
             chap=ChapRequest(chap.user, chap.secret, chap.mutual_user, chap.mutual_secret)
             if chap else None,
+            nvme_hosts=list(spec.nvme.hosts),
+            nvme_initiator_groups=list(spec.nvme.initiator_groups),
+            nvme_allow_any_host=spec.nvme.allow_any_host,
         )

@@ -39,6 +39,8 @@ class Drift:
     items: list[DriftItem] = field(default_factory=list)
 
 
+# Drift items health's message spells out (the rest: GET /api/v1/system/drift).
+DRIFT_SHOWN = 3
 # A component's health answers from its own records (never a host call).
 HealthCheck = Callable[[], ComponentHealth]
 
@@ -111,6 +113,10 @@ class SystemService:
             elif st.drift:
                 messages.append(f"{len(st.drift)} item(s) differ from the records "
                                 "(GET /api/v1/system/drift)")
+                # the first few in full: what is wrong and what repairs it
+                messages += [f"{i.subject}: {i.reason}" + (f" -> {i.action}" if i.action
+                                                            else "")
+                             for i in st.drift[:DRIFT_SHOWN]]
             stale = self.ctx.settings.health_interval * 3 + 30
             if age > stale:
                 messages.append(f"the last check is {age:.0f} s old (the watcher is busy "

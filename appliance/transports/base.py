@@ -12,9 +12,10 @@ What a transport provides (docs/architecture.md, "Transports"):
 - desired state: :meth:`zfs_properties`, :meth:`access_record`, :meth:`new_identity`,
   :meth:`check`, :meth:`desired`;
 - live state in a constant number of host calls: :meth:`read_live` (every datastore),
-  :meth:`read_for` (a few), :meth:`read_one`; :meth:`serving`, :meth:`clients`;
+  :meth:`read_for` (a few; :meth:`read_withdraw` to remove them), :meth:`read_one`;
+  :meth:`serving`, :meth:`clients`;
 - change: :meth:`plan` (desired vs live, pure), :meth:`apply`, :meth:`unserved` (when its
-  daemon is down), :meth:`subjects` (what reports name);
+  daemon is down), :meth:`subjects` (what reports name), :meth:`resized` (after growth);
 - health: :meth:`available`, :meth:`health_detail`, :meth:`require`;
 - attach instructions: :meth:`attach`; vSphere's name for it: :meth:`vmware_target`;
 - metrics: :meth:`metrics_read`, :meth:`metrics_sources`, :meth:`probe_read`,
@@ -62,6 +63,7 @@ class Identity:
     export_id: int | None = None  # NFS: the export's Export_Id / fsid
     iqn: str | None = None  # iSCSI: the target's IQN
     serial: str | None = None  # a block device's unit serial (its WWN derives from it)
+    nqn: str | None = None  # NVMe/TCP: the subsystem's NQN
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,12 @@ class Transport(ABC, Generic[DesiredT, LiveT]):
         plans removals for nothing else): a lookup each, or one :meth:`read_live` beyond
         :data:`LOOKUP_LIMIT`."""
 
+    def read_withdraw(self, records: Sequence[DatastoreRecord]) -> LiveT:
+        """What the daemon still holds of these datastores, to withdraw them: what
+        :meth:`read_for` finds, and pieces a crash left without the object that owns
+        them (default: none such)."""
+        return self.read_for(records)
+
     @abstractmethod
     def read_one(self, rec: DatastoreRecord, clients: bool) -> LiveT:
         """One datastore, for its view; without ``clients`` who uses it is not read."""
@@ -207,6 +215,11 @@ class Transport(ABC, Generic[DesiredT, LiveT]):
     @abstractmethod
     def subjects(self, rec: DatastoreRecord) -> tuple[str, ...]:
         """The subjects actions and failures about ``rec`` are reported under."""
+
+    def resized(self, rec: DatastoreRecord) -> None:
+        """``rec``'s dataset just grew: tell its clients when the daemon does not (LIO and
+        the NFS servers see a new size themselves)."""
+        return None
 
     # --- attach instructions ----------------------------------------------------------
 

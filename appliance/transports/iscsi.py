@@ -12,7 +12,7 @@ import contextlib
 import re
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -77,7 +77,7 @@ def target_spec(rec: DatastoreRecord, device: str, groups: Mapping[str, Initiato
     for name in access.initiator_groups:
         group = groups.get(name)
         if group is not None:
-            initiators.extend(group.initiators)
+            initiators.extend(group.iqns)  # its hosts' NVMe NQNs are the NVMe target's
     chap = None
     if access.chap is not None:
         chap = Chap(access.chap.user, access.chap.secret, access.chap.mutual_user,
@@ -125,6 +125,11 @@ def plan_targets(targets: Sequence[TargetSpec], live_targets: Iterable[LiveTarge
         elif not target_matches(target, live.spec):
             actions.append(Action("apply_target", target.iqn, "target differs from desired",
                                   target))
+        elif not live.enabled or live.authentication != any(a.chap for a in target.acls):
+            # half-built (a crash inside apply_target): not enabled, or CHAP not enforced
+            actions.append(Action("apply_target", target.iqn, "target is not finished "
+                                  f"(enabled {live.enabled}, CHAP enforced "
+                                  f"{live.authentication})", target))
     removed_backstores: set[str] = set()
     for live in live_by_iqn.values():
         iqn = live.spec.iqn
@@ -254,6 +259,20 @@ class IscsiTransport(Transport[TargetSpec, IscsiLive]):
         # clean; one still in use by the live target is known from it
         return IscsiLive(True, targets)
 
+    def read_withdraw(self, records: Sequence[DatastoreRecord]) -> IscsiLive:
+        """Removing a target removes its backstores; a backstore whose target is gone (a
+        crash inside remove_target or apply_target) still holds the zvol open (``zfs
+        destroy``: busy), so when a target is missing the backstores are listed too."""
+        live = self.read_for(records)
+        if not live.up or all(r.iqn in live.targets for r in records if r.iqn):
+            return live
+        try:
+            names = set(self.lio.list_backstores())
+        except ZdsError:
+            return live
+        return replace(live, backstores=frozenset(
+            names & {backstore_name(r.name) for r in records}))
+
     def read_one(self, rec: DatastoreRecord, clients: bool) -> IscsiLive:
         """A few configfs reads: the target with its sessions."""
         try:
@@ -325,7 +344,7 @@ class IscsiTransport(Transport[TargetSpec, IscsiLive]):
             names = set(r.spec.iscsi.initiators)
             for g in r.spec.iscsi.initiator_groups:
                 group = groups.get(g)
-                names.update(group.initiators if group else ())
+                names.update(group.iqns if group else ())
             acls.extend((r.iqn, name, 0) for name in sorted(names))
         commands: dict[str, int] = {}
         for i in stats.initiator_io(acls):

@@ -20,13 +20,14 @@ from appliance.store import Store
 from appliance.transports.base import AnyTransport
 from appliance.transports.iscsi import IscsiTransport
 from appliance.transports.nfs import NfsTransport
+from appliance.transports.nvme import NvmeTransport
 
 log = logging.getLogger(__name__)
 
 TransportType = type[AnyTransport]
 
 # In the order the API lists their protocols.
-TRANSPORT_TYPES: tuple[TransportType, ...] = (NfsTransport, IscsiTransport)
+TRANSPORT_TYPES: tuple[TransportType, ...] = (NfsTransport, IscsiTransport, NvmeTransport)
 
 
 def protocols() -> tuple[str, ...]:

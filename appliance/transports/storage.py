@@ -9,9 +9,10 @@ refuse, and what a replica keeps until it is promoted.
 
 from __future__ import annotations
 
+import posixpath
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 from appliance.errors import Conflict
@@ -37,6 +38,20 @@ ZVOL_PROPERTIES: Mapping[str, str] = {
 }
 # Set by size, or fixed at creation: an update sets them only as the storage says.
 _FIXED = ("volblocksize", "refquota", "refreservation")
+RECONCILE = "POST /api/v1/system/reconcile"
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why a datastore's dataset cannot be served as it is, and what fixes it.
+
+    ``repair`` is what the reconciler does itself when that is safe (a file system a
+    crash left unmounted where ZDS mounts datastores); None: a person must act, as
+    ``action`` says."""
+
+    reason: str
+    action: str
+    repair: Callable[[ZfsHost], None] | None = None
 
 
 class Storage(ABC):
@@ -102,8 +117,19 @@ class Storage(ABC):
                  info: DatasetInfo) -> tuple[str | None, str | None]:
         """(mount path, device) of the datastore, as its view shows them."""
 
-    def problem(self, dataset: str, info: DatasetInfo) -> str | None:
-        """Why the dataset cannot be served as it is (None: it can)."""
+    def problem(self, dataset: str, info: DatasetInfo, home: str | None) -> Problem | None:
+        """Why the dataset cannot be served as it is (None: it can); ``home`` is where
+        the pool's datastores are mounted (the mountpoint of ``POOL/datastores``)."""
+        return None
+
+    @abstractmethod
+    def size_of(self, info: DatasetInfo) -> int:
+        """The size the dataset has now, as this kind sets it (0: none set)."""
+
+    def finish(self, zfs: ZfsHost, spec: DatastoreSpec) -> None:
+        """Completes the dataset of a datastore whose creation was interrupted after the
+        dataset existed (the steps :meth:`create` or :meth:`clone` take after ``zfs
+        create``/``zfs clone``), idempotently."""
         return None
 
     def wait_ready(self, zfs: ZfsHost, dataset: str, timeout: float) -> None:
@@ -161,6 +187,9 @@ class FilesystemStorage(Storage):
                  info: DatasetInfo) -> tuple[str | None, str | None]:
         return info.prop("mountpoint") or None, None
 
+    def size_of(self, info: DatasetInfo) -> int:
+        return info.int_prop("refquota")
+
     @staticmethod
     def mounted_path(info: DatasetInfo) -> str | None:
         """Where the file system is mounted; None when it is not (nothing to serve)."""
@@ -169,11 +198,32 @@ class FilesystemStorage(Storage):
             return mountpoint
         return None
 
-    def problem(self, dataset: str, info: DatasetInfo) -> str | None:
-        if self.mounted_path(info) is None:
-            return (f"dataset {dataset} is not mounted (mountpoint "
-                    f"{info.prop('mountpoint')}): it cannot be exported")
-        return None
+    def problem(self, dataset: str, info: DatasetInfo, home: str | None) -> Problem | None:
+        if self.mounted_path(info) is not None:
+            return None
+        mountpoint, canmount = info.prop("mountpoint"), info.prop("canmount", "on")
+        reason = (f"dataset {dataset} is not mounted (mountpoint {mountpoint}, canmount "
+                  f"{canmount}): it cannot be exported")
+        where = posixpath.normpath(mountpoint) if mountpoint.startswith("/") else ""
+        if canmount == "on" and home and posixpath.dirname(where) == home:
+            # what a `zfs create`, a `zpool import` or an export cut half-way leaves:
+            # mounting it where datastores live is what the interrupted command would
+            # have done (a mountpoint anywhere else may be a replication stream's)
+            return Problem(reason, f"the reconcile mounts it ({RECONCILE})",
+                           lambda zfs: zfs.mount(dataset))
+        if canmount != "on":
+            fix = f"zfs set canmount=on {dataset}"
+        else:
+            fix = f"zfs set mountpoint={home or '<POOL/datastores mountpoint>'}/" \
+                  f"{dataset.rsplit('/', 1)[-1]} {dataset}"
+        return Problem(reason, f"it is not ZDS's to mount there: check it, then `{fix}` "
+                               f"and {RECONCILE}")
+
+    def finish(self, zfs: ZfsHost, spec: DatastoreSpec) -> None:
+        info = zfs.get_dataset(spec.dataset, ("mounted", "canmount", "mountpoint"))
+        if info is not None and self.mounted_path(info) is None \
+                and info.prop("canmount", "on") == "on":
+            zfs.mount(spec.dataset)  # `zfs create` was cut before its mount
 
     def receive_properties(self, info: DatasetInfo) -> tuple[dict[str, str], tuple[str, ...]]:
         props = {"canmount": "noauto"}  # never mounted on the target until promoted
@@ -233,12 +283,20 @@ class VolumeStorage(Storage):
     def clone(self, zfs: ZfsHost, origin: str, spec: DatastoreSpec,
               props: dict[str, str]) -> None:
         super().clone(zfs, origin, spec, props)
-        zfs.set_properties(spec.dataset, {"volsize": str(spec.size)})
+        self.finish(zfs, spec)
+
+    def finish(self, zfs: ZfsHost, spec: DatastoreSpec) -> None:
+        info = zfs.get_dataset(spec.dataset, ("volsize",))
+        if info is not None and info.int_prop("volsize") < spec.size:
+            zfs.set_properties(spec.dataset, {"volsize": str(spec.size)})  # a clone grown
         zfs.wait_for_device(spec.dataset)
 
     def location(self, zfs: ZfsHost, dataset: str,
                  info: DatasetInfo) -> tuple[str | None, str | None]:
         return None, zfs.zvol_device(dataset)
+
+    def size_of(self, info: DatasetInfo) -> int:
+        return info.int_prop("volsize")
 
     def wait_ready(self, zfs: ZfsHost, dataset: str, timeout: float) -> None:
         zfs.wait_for_device(dataset, timeout=timeout)

@@ -42,11 +42,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from images import build
 from images.vm import Appliance, Ports, SocketLink, VmError, kvm_works
+
+if TYPE_CHECKING:
+    from tests.e2e.habed import HaBed
 
 BOOT_TIMEOUT = float(os.environ.get("ZDS_E2E_BOOT_TIMEOUT", "900"))
 PHASES = {"after_reboot": 1, "after_power_cycle": 2}
@@ -175,6 +179,17 @@ class E2EAppliance:
         self.vm.wait_control(timeout)
         self.api_healthy = _wait_api(self.vm, timeout)
 
+    def kill(self) -> float:
+        """kill -9 of this guest's QEMU (an unplanned power loss); time.time() of it."""
+        return self.vm.kill()
+
+    def boot_again(self, timeout: float = BOOT_TIMEOUT) -> None:
+        """Starts the same machine again (its disks and links as they were), waits for
+        the agent and the API."""
+        self.vm.start(kvm=bool(self.timings.get("accel_kvm")))
+        self.vm.wait_control(timeout)
+        self.api_healthy = _wait_api(self.vm, timeout)
+
 
 def _wait_api(vm: Appliance, timeout: float) -> bool:
     """Waits for a 200 from the health endpoint; gives up early when zds-api cannot start."""
@@ -203,6 +218,8 @@ class Boot:
     name: str = "appliance"
     links: tuple[SocketLink, ...] = ()
     memory_mib: int = 4096
+    cpus: int = 2
+    data_disks: int = 2  # zdsdata0.. (first boot pools them as tank)
 
 
 @contextlib.contextmanager
@@ -223,7 +240,8 @@ def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
             vm = Appliance(state_dir=state, base_image=image_dir / "zds.raw",
                            ports=Ports.random_free(), test_control=True,
                            ssh_port=_free_port(), ssh_authorized_keys=key.with_suffix(".pub"),
-                           links=boot.links, memory_mib=boot.memory_mib)
+                           links=boot.links, memory_mib=boot.memory_mib, cpus=boot.cpus,
+                           data_disks=boot.data_disks)
             vm.prepare(fresh_system=True, fresh_data=True)
             apps.append(E2EAppliance(vm=vm, image_dir=image_dir))
             vm.start(kvm=kvm)
@@ -281,6 +299,17 @@ def shared_power_cycle(appliance: E2EAppliance) -> float:
     print(f"\n[e2e] shared power cycle: API up after {took:.0f} s "
           f"(healthy: {appliance.api_healthy})")
     return took
+
+
+@pytest.fixture(scope="session")
+def ha_bed() -> Iterator[HaBed]:
+    """The HA test bed (tests/e2e/habed.py): switch, shared-disk guest and two nodes in a
+    pacemaker pair, booted and configured once for every module that asks for it. A
+    module that breaks it (kills a node, cuts a link) leaves it whole again."""
+    from tests.e2e.habed import ha_bed as boot_bed  # habed imports this module
+
+    with boot_bed(built_image()) as bed:
+        yield bed
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,14 @@ def test_the_boots_wait_for_zvol_links_is_bounded(appliance: E2EAppliance) -> No
     assert "TimeoutStartUSec=3min" in out and "ActiveState=active" in out, out
 
 
+def test_the_boot_waits_for_one_online_link_not_all(appliance: E2EAppliance) -> None:
+    # every wired NIC runs DHCP; without --any a NIC with no DHCP server (a replication or
+    # cluster link, set up later) held network-online.target for 2 minutes at each boot
+    out = appliance.check("systemctl show -p ExecStart -p ActiveState "
+                          "systemd-networkd-wait-online.service")
+    assert "--any" in out and "ActiveState=active" in out, out
+
+
 def test_statd_starts_after_rpcbind_runs_so_a_slow_mount_cannot_time_it_out(
         appliance: E2EAppliance) -> None:
     # ordered on rpcbind's socket alone, rpc.statd's start timed out whenever the ZFS
@@ -70,6 +78,20 @@ def test_kernel_nfs_server_is_carried_but_masked(appliance: E2EAppliance) -> Non
     assert threads.strip() in ("", "0"), threads  # no kernel nfsd threads
     owners = appliance.check("ss -Htlnp 'sport = :2049 or sport = :20048'")
     assert owners.count("ganesha") >= 2, owners
+
+
+def test_cluster_stack_is_carried_but_inert(appliance: E2EAppliance) -> None:
+    """corosync, pacemaker, crmsh and fence_scsi are in the image for HA pairs (ansible
+    role ha); an appliance that is not in a pair runs none of them, and without a
+    corosync.conf (Debian's one-node sample is removed) corosync cannot even start."""
+    appliance.check("command -v corosync pacemakerd crm fence_scsi sg_persist iscsiadm")
+    _rc, state = appliance.exec("systemctl is-enabled corosync pacemaker logd")
+    assert state.split() == ["disabled", "disabled", "disabled"], state
+    _rc, active = appliance.exec("systemctl is-active corosync pacemaker logd")
+    assert active.split() == ["inactive", "inactive", "inactive"], active
+    appliance.check("test ! -e /etc/corosync/corosync.conf")
+    # the ha role's firewall drop-in is loaded with base's table
+    assert "corosync" in appliance.check("nft list chain inet zds input")
 
 
 def test_data_disks_have_their_serials(appliance: E2EAppliance) -> None:

@@ -79,6 +79,19 @@ def test_datastore_lifecycle_from_the_cli(capsys: pytest.CaptureFixture[str],
     assert json.loads(out) == {"in_sync": True, "items": []}
 
 
+def test_an_nvme_datastore_from_the_cli(capsys: pytest.CaptureFixture[str],
+                                       server: tuple[str, str, Engine]) -> None:
+    host = "nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"
+    rc, out = zds(capsys, server, "datastore", "put", "ns1", "--protocol", "nvme-tcp",
+                  "--size", "5G", "--host-nqn", host)
+    assert rc == 0 and "subsystem nqn.2026-11.io.zds:zds-demo.ns1 namespace 1 eui." in out
+    rc, out = zds(capsys, server, "datastore", "attach", "ns1", "--address", "127.0.0.1")
+    assert "nvme connect -t tcp -a 127.0.0.1 -s 4420 -n nqn.2026-11.io.zds:zds-demo.ns1" \
+        in out and "ESXi is not supported" in out
+    rc, out = zds(capsys, server, "--json", "datastore", "get", "ns1")
+    assert json.loads(out)["nvme"]["hosts"] == [host]
+
+
 def test_cli_errors_are_clear(capsys: pytest.CaptureFixture[str],
                               server: tuple[str, str, Engine]) -> None:
     with pytest.raises(SystemExit) as exc:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import Unavailable
-from appliance.host.contract import lio_checks, zfs_checks, zfs_send_checks
+from appliance.host.contract import lio_checks, nvmet_checks, zfs_checks, zfs_send_checks
 from appliance.host.fakes.lio import FakeLio
+from appliance.host.fakes.nvmet import FakeNvmet
 from appliance.host.fakes.replication import FakeSsh, FakeZfsSend
 from appliance.host.fakes.zfs import FakeZfs
 from appliance.host.zfs import PoolLayout, VdevSpec
@@ -172,3 +173,27 @@ def test_send_run_all_cleans_up(send_env: tuple[FakeZfs, FakeZfsSend]) -> None:
     assert zfs_send_checks.run_all(fake, zsend, "ctpool", "cttiny", fake_writer(fake)) == [
         "cursor", "streams", "full_target"]
     assert sorted(fake.iter_names()) == ["ctpool", "cttiny"]
+
+
+@pytest.fixture
+def nvmet_env() -> tuple[FakeNvmet, list[str]]:
+    zfs = FakeZfs(disks={DISKS[0]: 1024 * MiB})
+    zfs.create_pool("ctpool", PoolLayout(data=(VdevSpec("disk", (DISKS[0],)),)), {}, {})
+    for n in ("n0", "n1"):
+        zfs.create_volume(f"ctpool/{n}", 16 * MiB, sparse=True, properties={})
+    return FakeNvmet.linked_to(zfs), ["/dev/zvol/ctpool/n0", "/dev/zvol/ctpool/n1"]
+
+
+def test_nvmet_run_all(nvmet_env: tuple[FakeNvmet, list[str]]) -> None:
+    nvmet, devices = nvmet_env
+    assert nvmet_checks.run_all(nvmet, devices, "/dev/zvol/ctpool/nope") == [
+        "available", "port", "apply_read_back", "errors"]
+    assert nvmet.list_subsystems() == [], "checks clean up after themselves"
+
+
+def test_nvmet_down_is_unavailable(nvmet_env: tuple[FakeNvmet, list[str]]) -> None:
+    nvmet = nvmet_env[0]
+    nvmet.down = True
+    assert nvmet.available() is False
+    with pytest.raises(Unavailable):
+        nvmet.list_subsystems()

@@ -78,10 +78,10 @@ def test_health_answers_starting_while_start_up_runs(quick_rig: Rig) -> None:
     gate = threading.Event()
     real_full = rig.engine.reconciler.full
 
-    def slow_full(exclude: set[str] | None = None, wait: float | None = None
-                  ) -> ReconcileReport:
+    def slow_full(exclude: set[str] | None = None, wait: float | None = None,
+                  device_wait: float = 10.0) -> ReconcileReport:
         gate.wait(10)
-        return real_full(exclude, wait)
+        return real_full(exclude, wait, device_wait)
 
     rig.engine.reconciler.full = slow_full  # type: ignore[method-assign]
     rig.engine.reconciler._status = Status(phase="starting", checked_at=0.0)  # a new process

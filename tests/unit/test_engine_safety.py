@@ -44,7 +44,7 @@ def test_unmounted_nfs_dataset_is_reported(rig: Rig) -> None:
     rig.engine.datastores.put("ds", nfs())
     rig.zfs.set_properties("tank/datastores/ds", {"mountpoint": "none"})
     view = rig.engine.reconciler.read_zfs()
-    problems = {subject: reason for subject, reason in rig.engine.reconciler.zfs_problems(
+    problems = {i.subject: i.reason for i in rig.engine.reconciler.zfs_problems(
         rig.engine.store.list_datastores(), view)}
     assert "not mounted" in problems["ds"]
     assert rig.engine.system.drift().in_sync is False

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from images import build
-from images.vm import Appliance, Ports, SocketLink
+from images.vm import Appliance, Ports, SocketLink, Switch, VmError
 
 MADISON = """\
   zfs-dkms | 2.3.2-2~bpo12+2 | http://deb.debian.org/debian bookworm-backports/contrib amd64 P
@@ -55,13 +55,14 @@ def test_inputs_hash_follows_files_and_versions(tmp_path: Path) -> None:
 
 def test_qemu_network_is_restricted_to_loopback_forwards(tmp_path: Path) -> None:
     vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "base.raw",
-                   ports=Ports(api=18443, nfs=12049, mountd=30048, iscsi=13260))
+                   ports=Ports(api=18443, nfs=12049, mountd=30048, iscsi=13260, nvme=14420))
     argv = vm.qemu_argv(kvm=False)
     netdev = argv[argv.index("-netdev") + 1]
     assert netdev.startswith("user,") and ",restrict=on," in netdev
     fwds = [p for p in netdev.split(",") if p.startswith("hostfwd=")]
     assert fwds == ["hostfwd=tcp:127.0.0.1:18443-:8443", "hostfwd=tcp:127.0.0.1:12049-:2049",
-                    "hostfwd=tcp:127.0.0.1:30048-:20048", "hostfwd=tcp:127.0.0.1:13260-:3260"]
+                    "hostfwd=tcp:127.0.0.1:30048-:20048", "hostfwd=tcp:127.0.0.1:13260-:3260",
+                    "hostfwd=tcp:127.0.0.1:14420-:4420"]
     assert argv[argv.index("-accel") + 1] == "tcg,thread=multi"
     assert f"name=opt/zds/admin-token,file={tmp_path / 'admin-token'}" in argv
     assert "-pidfile" in argv and "-monitor" in argv
@@ -168,3 +169,42 @@ def test_machine_uuid_is_kept_with_the_appliance_state(tmp_path: Path) -> None:
     other = Appliance(state_dir=tmp_path / "o", base_image=tmp_path / "b")
     (tmp_path / "o").mkdir()
     assert other.machine_uuid() != uuid
+
+
+def test_switch_ports_listen_on_loopback_only_and_join_one_hub_per_segment(
+        tmp_path: Path) -> None:
+    sw = Switch(state_dir=tmp_path, segments={"storage": ("jbod", "a"), "cluster": ("a", "b")})
+    sw.ports = {"storage-jbod": 41001, "storage-a": 41002, "cluster-a": 41003,
+                "cluster-b": 41004}
+    argv = sw.qemu_argv()
+    netdevs = [argv[i + 1] for i, a in enumerate(argv) if a == "-netdev"]
+    assert netdevs == [
+        "socket,id=storage-jbod,listen=127.0.0.1:41001",
+        "hubport,id=hub-storage-jbod,hubid=0,netdev=storage-jbod",
+        "socket,id=storage-a,listen=127.0.0.1:41002",
+        "hubport,id=hub-storage-a,hubid=0,netdev=storage-a",
+        "socket,id=cluster-a,listen=127.0.0.1:41003",
+        "hubport,id=hub-cluster-a,hubid=1,netdev=cluster-a",
+        "socket,id=cluster-b,listen=127.0.0.1:41004",
+        "hubport,id=hub-cluster-b,hubid=1,netdev=cluster-b"]
+    assert argv[argv.index("-machine") + 1] == "none"  # a switch, no guest
+    assert not any(a.startswith(("user", "tap", "bridge")) for a in netdevs)
+    # a guest joins a port by connecting to it
+    link = sw.link("cluster", "b", "52:54:00:5b:02:02")
+    assert link == SocketLink("connect", 41004, "52:54:00:5b:02:02")
+    with pytest.raises(ValueError):
+        sw.set_link("cluster", "c", up=False)
+
+
+def test_switch_names_become_qemu_ids_so_they_are_checked(tmp_path: Path) -> None:
+    bads: list[dict[str, tuple[str, ...]]] = [
+        {}, {"Storage": ("a",)}, {"storage": ("a b",)}, {"s": ("-a",)}]
+    for bad in bads:
+        with pytest.raises(ValueError):
+            Switch(state_dir=tmp_path, segments=bad)
+
+
+def test_kill_refuses_a_machine_that_is_not_running(tmp_path: Path) -> None:
+    vm = Appliance(state_dir=tmp_path, base_image=tmp_path / "b")
+    with pytest.raises(VmError):
+        vm.kill()

@@ -145,3 +145,57 @@ def test_leftover_probe_exports_and_targets_are_removed() -> None:
     assert att.clean_leftovers(set()) == ["target iqn.2026-11.io.zds.probe:dead"]
     assert [t.spec.iqn for t in lio.list_targets()] == ["iqn.2026-11.io.zds:zds-test.lun1"]
     assert runner.calls[0][-1] == "--logout"
+
+
+def test_nvme_connect_without_discovery_finds_the_namespace_and_disconnects(
+        tmp_path: Path) -> None:
+    from appliance.host.nvme_initiator import NvmeCli
+
+    nqn = "nqn.2026-11.io.zds.probe:ab12"
+    runner = RecordingRunner()
+    (tmp_path / "hostnqn").write_text("nqn.2014-08.org.nvmexpress:uuid:0000-self\n")
+    # /sys/block as the kernel shows a connected namespace (native multipath: the
+    # device link is the subsystem, which has subsysnqn)
+    for name, owner in (("nvme0n1", "nqn.2014-08.org.example:other"), ("nvme1n1", nqn)):
+        (tmp_path / "block" / name / "device").mkdir(parents=True)
+        (tmp_path / "block" / name / "device" / "subsysnqn").write_text(owner + "\n")
+    (tmp_path / "block" / "vda").mkdir()
+    cli = NvmeCli(runner, str(tmp_path / "hostnqn"), str(tmp_path / "block"),
+                  exists=lambda p: p == "/dev/nvme1n1")
+    assert cli.connect(nqn, "127.0.0.1", 4420, timeout=2) == "/dev/nvme1n1"
+    cli.disconnect(nqn)
+    assert runner.calls == [
+        ("nvme", "connect", "-t", "tcp", "-a", "127.0.0.1", "-s", "4420", "-n", nqn, "-q",
+         "nqn.2014-08.org.nvmexpress:uuid:0000-self"),
+        ("nvme", "disconnect", "-n", nqn)]
+
+
+def test_nvme_attach_serves_the_scratch_to_the_appliance_alone_and_undoes() -> None:
+    from appliance.errors import HostCommandFailed
+    from appliance.host.fakes.nvmet import FakeNvmet
+    from appliance.host.nvme_initiator import FakeNvmeInitiator
+    from appliance.host.nvmet import PortSpec
+    from appliance.transports.nvme import NvmeProbeAttach
+
+    nvmet, ini = FakeNvmet(), FakeNvmeInitiator()
+    att = NvmeProbeAttach(nvmet, ini, "nqn.2026-11.io.zds", PortSpec(1, "0.0.0.0", 4420))
+    a = att.attach("nvme-tcp", "ds1", "/dev/zvol/tank/zds-probes/ds1-p1", "ds1-p1", "p1")
+    sub = nvmet.subsystems["nqn.2026-11.io.zds.probe:p1"]
+    assert a.path == "/dev/nvme9n1" and a.is_device and a.host == "127.0.0.1"
+    assert sub.hosts == {ini.name} and not sub.allow_any_host and nvmet.port_links[1]
+    assert att.clean_leftovers({"p1"}) == []
+    att.detach(a)
+    assert nvmet.subsystems == {} and ini.disconnects == ["nqn.2026-11.io.zds.probe:p1"]
+
+    class NoConnect(FakeNvmeInitiator):
+        def connect(self, nqn: str, host: str, port: int, timeout: float = 30.0) -> str:
+            raise HostCommandFailed("connect refused")
+
+    att = NvmeProbeAttach(nvmet, NoConnect(), "nqn.2026-11.io.zds", PortSpec(1, "0.0.0.0", 4420))
+    with pytest.raises(HostCommandFailed):
+        att.attach("nvme-tcp", "ds1", "/dev/zvol/tank/zds-probes/ds1-p2", "ds1-p2", "p2")
+    assert nvmet.subsystems == {}, "a failed connect leaves no subsystem behind"
+    att2 = NvmeProbeAttach(nvmet, FakeNvmeInitiator(), "nqn.2026-11.io.zds",
+                           PortSpec(1, "0.0.0.0", 4420))
+    att2.attach("nvme-tcp", "ds1", "/dev/zvol/tank/zds-probes/ds1-p3", "ds1-p3", "p3")
+    assert att2.clean_leftovers(set()) == ["subsystem nqn.2026-11.io.zds.probe:p3"]

@@ -1,11 +1,12 @@
 """Reads cost the same number of host calls at 2 or 200 datastores.
 
 The engine runs on the real adapters: Zfs and Ganesha on a RecordingRunner that answers
-like zfs 2.3 and nfs-ganesha 5 would for N datastores (half NFS, half iSCSI), and Lio's
-configfs reader on a directory laid out like /sys/kernel/config/target with N targets.
-Every command and DBus call is counted, and so are the configfs walks; listing the
-datastores, one datastore, health, drift and a background reconcile with nothing to do
-must make exactly as many at N = 200 as at N = 2 (one of each protocol).
+like zfs 2.3 and nfs-ganesha 5 would for N datastores (a third each NFS, iSCSI and
+NVMe/TCP), Lio's configfs reader on a directory laid out like /sys/kernel/config/target
+and Nvmet's on one laid out like /sys/kernel/config/nvmet. Every command and DBus call is
+counted, and so are the configfs walks; listing the datastores, one datastore, health,
+drift and a background reconcile with nothing to do must make exactly as many at N = 200
+as at N = 3 (one of each protocol).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from appliance.host.factory import HostAdapters
 from appliance.host.ganesha import Ganesha
 from appliance.host.lio import VAAI_ATTRIBUTES, ConfigfsReader, Lio
 from appliance.host.local import FakeLocalHost
+from appliance.host.nvmet import Nvmet, NvmetReader
 from appliance.host.run import CommandResult, RecordingRunner
 from appliance.host.zfs import Zfs
 from appliance.model import (
@@ -29,19 +31,28 @@ from appliance.model import (
     DatastoreSpec,
     IscsiAccess,
     NfsClient,
+    NvmeAccess,
 )
+from appliance.properties import user_properties
 from appliance.settings import Settings
 from appliance.transports.iscsi import backstore_name
 from appliance.transports.nfs import export_spec
+from appliance.transports.nvme import namespace_identity
 
 POOL = "tank"
 ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
+KVM_NQN = "nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"
 PROTOCOL_NAMES = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42", "9P")
 
 
 def is_lun(rec: DatastoreRecord) -> bool:
-    """Half the simulated datastores are iSCSI LUNs (the other half NFS exports)."""
+    """A third of the simulated datastores are iSCSI LUNs."""
     return rec.iqn is not None
+
+
+def is_zvol(rec: DatastoreRecord) -> bool:
+    """iSCSI LUNs and NVMe/TCP namespaces are zvols (NFS exports file systems)."""
+    return rec.iqn is not None or rec.nqn is not None
 
 
 class SimulatedHost:
@@ -52,20 +63,28 @@ class SimulatedHost:
         self.counting = counting  # the parent has a snapshot_limit: ZFS counts snapshots
         self.records: list[DatastoreRecord] = []
         for i in range(n):
-            nfs = i % 2 == 0
+            nfs, lun = i % 3 == 0, i % 3 == 1
             name = f"ds{i:04d}"
             spec = DatastoreSpec(
-                name=name, pool=POOL, protocol="nfs3" if nfs else "iscsi", size=64 << 20,
+                name=name, pool=POOL, protocol="nfs3" if nfs else "iscsi" if lun else
+                "nvme-tcp", size=64 << 20,
                 nfs_clients=(NfsClient("192.0.2.0/24"),) if nfs else (),
-                iscsi=IscsiAccess(() if nfs else (ESX,)))
+                iscsi=IscsiAccess((ESX,) if lun else ()),
+                nvme=NvmeAccess(() if nfs or lun else (KVM_NQN,)))
             self.records.append(DatastoreRecord(
                 spec=spec, state="ready", export_id=100 + i if nfs else None,
-                iqn=None if nfs else f"iqn.2026-11.io.zds:zds-test.{name}",
+                iqn=f"iqn.2026-11.io.zds:zds-test.{name}" if lun else None,
+                nqn=None if nfs or lun else f"nqn.2026-11.io.zds:zds-test.{name}",
                 serial=None if nfs else f"6a1e5c3d-0000-4000-8000-{i:012d}", created=1.0))
+        # each dataset's zds:* as ZDS set them (filled in once the engine exists)
+        self.described: dict[str, dict[str, str]] = {}
         self.configfs = root / "configfs"
+        self.nvmet = root / "nvmet"
+        self.proc_net = root / "proc-net"
         self.exports_dir = root / "ganesha"
         self.dev = root / "dev"
         self._make_configfs()
+        self._make_nvmet()
         self._write_export_files()
         self.runner = RecordingRunner()
         self.runner.responders.append(self.answer)
@@ -85,13 +104,14 @@ class SimulatedHost:
 
     def _values(self, rec: DatastoreRecord) -> dict[str, str]:
         ds = rec.spec.dataset
-        values = {"type": "volume" if is_lun(rec) else "filesystem", "used": "98304",
+        values = {"type": "volume" if is_zvol(rec) else "filesystem", "used": "98304",
                   "available": "67010560", "referenced": "98304", "compressratio": "1.00",
                   "mounted": "yes", "mountpoint": f"/{ds}", "creation": "1795316290",
                   "compression": "lz4", "sync": "standard", "zds:managed": "true",
                   "zds:name": rec.name, "zds:protocol": rec.spec.protocol,
-                  "snapshot_limit": "none", "snapshot_count": self.snapshots(rec)}
-        if is_lun(rec):
+                  "snapshot_limit": "none", "snapshot_count": self.snapshots(rec),
+                  **self.described.get(rec.name, {})}
+        if is_zvol(rec):
             del values["mounted"], values["mountpoint"]
             values["volsize"] = str(rec.spec.size)
         return values
@@ -198,6 +218,40 @@ class SimulatedHost:
                 (tpg / "attrib" / key).write_text(f"{value}\n")
             (tpg / "enable").write_text("1\n")
 
+    # -- nvmet -----------------------------------------------------------------------
+    def _make_nvmet(self) -> None:
+        """configfs nvmet/ with port 1 on 0.0.0.0:4420 and one subsystem per NVMe/TCP
+        datastore (namespace 1 enabled, one allowed host), and no TCP connection."""
+        port = self.nvmet / "ports" / "1"
+        (port / "subsystems").mkdir(parents=True)
+        (port / "ana_groups" / "1").mkdir(parents=True)
+        for key, value in (("addr_trtype", "tcp"), ("addr_adrfam", "ipv4"),
+                           ("addr_traddr", "0.0.0.0"), ("addr_trsvcid", "4420")):
+            (port / key).write_text(value + "\n")
+        (port / "ana_groups" / "1" / "ana_state").write_text("optimized\n")
+        (self.nvmet / "hosts" / KVM_NQN).mkdir(parents=True)
+        for rec in self.records:
+            if rec.nqn is None or rec.serial is None:
+                continue
+            ns_uuid, _nguid, serial = namespace_identity(rec.serial)
+            sub = self.nvmet / "subsystems" / rec.nqn
+            (sub / "allowed_hosts").mkdir(parents=True)
+            os.symlink(f"../../../hosts/{KVM_NQN}", sub / "allowed_hosts" / KVM_NQN)
+            (sub / "attr_serial").write_text(f"{serial}\n")
+            (sub / "attr_model").write_text("ZDS\n")
+            (sub / "attr_allow_any_host").write_text("0\n")
+            ns = sub / "namespaces" / "1"
+            ns.mkdir(parents=True)
+            for key, value in (("device_path", f"/dev/zvol/{rec.spec.dataset}"),
+                               ("device_uuid", ns_uuid), ("device_nguid", ns_uuid),
+                               ("ana_grpid", "1"), ("enable", "1")):
+                (ns / key).write_text(value + "\n")
+            os.symlink(f"../../../subsystems/{rec.nqn}", port / "subsystems" / rec.nqn)
+        self.proc_net.mkdir()
+        for table in ("tcp", "tcp6"):
+            (self.proc_net / table).write_text(
+                "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when\n")
+
     def set_commands(self, count: int) -> None:
         """Every ACL's LUN 0 counter of SCSI commands (LIO's scsi_auth_intr/num_cmds)."""
         for rec in self.records:
@@ -249,6 +303,22 @@ class CountingReader(ConfigfsReader):
         return super().summaries()
 
 
+class CountingNvmetReader(NvmetReader):
+    """Counts walks of nvmet/ into the LIO reader's counter (one tally for configfs)."""
+
+    def __init__(self, root: str, walks: Counter[str]) -> None:
+        super().__init__(root)
+        self.walks = walks
+
+    def subsystems(self):  # type: ignore[no-untyped-def]
+        self.walks["nvmet.subsystems"] += 1
+        return super().subsystems()
+
+    def summaries(self):  # type: ignore[no-untyped-def]
+        self.walks["nvmet.summaries"] += 1
+        return super().summaries()
+
+
 Made = tuple[Engine, SimulatedHost, CountingReader]
 
 
@@ -263,15 +333,20 @@ def engine_for(tmp_path: Path) -> Iterator[Callable[..., Made]]:
         lio = Lio(device_check=lambda p: True, configfs_root=str(sim.configfs))
         reader = CountingReader(str(sim.configfs))
         lio.reader = reader
+        nvmet = Nvmet(sim.runner, root=str(sim.nvmet), device_check=lambda p: True,
+                      proc_net=str(sim.proc_net))
+        nvmet.reader = CountingNvmetReader(str(sim.nvmet), reader.walks)
         hosts = HostAdapters(
             zfs=Zfs(sim.runner, dev_zfs=str(dev_zfs)), lio=lio,
             ganesha=Ganesha(sim.runner, sim.exports_dir),
-            local=FakeLocalHost(name="zds-test"))
+            local=FakeLocalHost(name="zds-test"), nvmet=nvmet)
         settings = Settings(health_interval=0, reconcile_interval=0).with_state_dir(
             tmp_path / f"n{n}-{counting}" / "state")
         engine = Engine.create(settings, hosts)
         for rec in sim.records:
             engine.store.put_datastore(rec)
+            sim.described[rec.name] = user_properties(
+                engine.ctx.transports.of(rec.spec.protocol), rec)
         made.append(engine)
         return engine, sim, reader
 
@@ -295,8 +370,8 @@ def _measure(made: Made, action: str) -> tuple[int, dict[str, int]]:
                                                 for r in sim.records]
         assert all(v.used == 98304 and v.properties["compression"] == "lz4"
                    for v in views)
-    elif action == "get":  # the last NFS and the last iSCSI datastore
-        assert all(engine.datastores.get(r.name).serving for r in sim.records[-2:])
+    elif action == "get":  # the last datastore of each protocol
+        assert all(engine.datastores.get(r.name).serving for r in sim.records[-3:])
     elif action == "health":
         engine.system.health()
     elif action == "drift":
@@ -313,7 +388,7 @@ def _measure(made: Made, action: str) -> tuple[int, dict[str, int]]:
 @pytest.mark.parametrize("action", ["list", "get", "health", "drift", "watcher", "check"])
 def test_host_calls_do_not_grow_with_datastores(engine_for: Callable[..., Made],
                                                 action: str) -> None:
-    small = engine_for(2)  # one NFS, one iSCSI
+    small = engine_for(3)  # one NFS, one iSCSI, one NVMe/TCP
     large = engine_for(200)
     for engine, _sim, _reader in (small, large):
         engine.reconciler.check()

@@ -24,7 +24,7 @@ from appliance.host.local import FakeLocalHost
 from appliance.host.run import CommandResult
 from appliance.host.zfs import Zfs
 from appliance.settings import Settings
-from tests.unit.test_scale_host_calls import SimulatedHost, is_lun
+from tests.unit.test_scale_host_calls import SimulatedHost, is_zvol
 
 POOL_IOSTAT = ("tank\t552960\t8052510720\t0\t11\t26584\t108863\t11033178\t8243411\t10293007\t"
                "5275154\t951235\t20315\t-\t3286997\t-\t19456\t-\n")
@@ -84,7 +84,7 @@ def make(tmp: Path, n: int) -> tuple[Engine, SimulatedHost, CountingStats]:
     proc, dev = tmp / "proc", tmp / "dev"
     proc.mkdir()
     lines = []
-    for i, rec in enumerate(r for r in sim.records if is_lun(r)):
+    for i, rec in enumerate(r for r in sim.records if is_zvol(r)):
         zd = f"zd{i * 16}"
         lines.append(f" 230 {i * 16} {zd} {i} 0 8 1 2 0 16 1 0 1 1 0 0 0 0 0 0")
         link = dev / "zvol" / rec.spec.dataset
@@ -110,7 +110,7 @@ def make(tmp: Path, n: int) -> tuple[Engine, SimulatedHost, CountingStats]:
 @pytest.mark.parametrize("n", [200])
 def test_collector_host_calls_do_not_grow_with_datastores(tmp_path: Path, n: int) -> None:
     measured = []
-    for size in (2, n):
+    for size in (3, n):  # one datastore of each protocol, then n
         engine, sim, stats = make(tmp_path / f"n{size}", size)
         try:
             engine.metrics.collect()  # baseline
@@ -123,6 +123,10 @@ def test_collector_host_calls_do_not_grow_with_datastores(tmp_path: Path, n: int
             luns = [s for s in col.datastores if s.protocol == "iscsi"]
             assert luns and all(s.counts["initiator_commands"] == 7 for s in luns), \
                 "every mapped LUN's LIO counter was read"
+            namespaces = [s for s in col.datastores if s.protocol == "nvme-tcp"]
+            assert namespaces and all("read_ops" in s.counts and "write_bytes" in s.counts
+                                      for s in namespaces), \
+                "every NVMe/TCP namespace has its zvol's counters"
             argv0 = [a[:2] if a[0] != "dbus-send" else a[-1:]
                      for a in sim.runner.calls[calls0:]]
             measured.append((len(argv0), sorted(map(str, argv0)),

@@ -49,6 +49,7 @@ from appliance.transports.base import (
 )
 from appliance.transports.iscsi import IscsiTransport
 from appliance.transports.nfs import NfsTransport
+from appliance.transports.nvme import NvmeTransport
 from appliance.transports.registry import Transports
 from appliance.transports.storage import VOLUME
 
@@ -59,14 +60,16 @@ H1, H2 = "iqn.2026-11.org.example:h1", "iqn.2026-11.org.example:h2"
 # --- the registry -------------------------------------------------------------------------
 
 def test_the_registry_lists_protocols_in_the_apis_order() -> None:
-    assert registry.protocols() == ("nfs3", "nfs41", "iscsi")
+    assert registry.protocols() == ("nfs3", "nfs41", "iscsi", "nvme-tcp")
     assert registry.transport_type("nfs41") is NfsTransport
     assert registry.transport_type("iscsi") is IscsiTransport
-    assert registry.transport_type("nvme-tcp") is None
-    assert registry.probe_targets() == ("nfs", "iscsi")
-    assert [registry.probe_writes(p) for p in ("nfs3", "nfs41", "iscsi", "")] == [
-        "sync", "sync", "async", "async"]
+    assert registry.transport_type("nvme-tcp") is NvmeTransport
+    assert registry.transport_type("nvme-rdma") is None
+    assert registry.probe_targets() == ("nfs", "iscsi", "nvme")
+    assert [registry.probe_writes(p) for p in ("nfs3", "nfs41", "iscsi", "nvme-tcp", "")] == [
+        "sync", "sync", "async", "async", "async"]
     assert NfsTransport.storage.kind == "filesystem" and IscsiTransport.storage.is_volume
+    assert NvmeTransport.storage is IscsiTransport.storage
 
 
 def test_the_api_enums_come_from_the_registry() -> None:
@@ -75,8 +78,9 @@ def test_the_api_enums_come_from_the_registry() -> None:
     schemas = openapi_document()["components"]["schemas"]
     assert schemas["DatastorePut"]["properties"]["protocol"]["enum"] == list(
         registry.protocols())
-    assert schemas["ProbeRun"]["properties"]["target"]["enum"] == [
-        "local", *registry.probe_targets()]
+    runs = [s for name, s in schemas.items() if name.startswith("ProbeRun")]  # per profile
+    assert runs and all(s["properties"]["target"]["enum"] == [
+        "local", *registry.probe_targets()] for s in runs)
 
 
 def test_dispatch_by_protocol(tmp_path: Path) -> None:
@@ -84,12 +88,12 @@ def test_dispatch_by_protocol(tmp_path: Path) -> None:
     ts = Transports.build(Settings(), hosts.adapters(), Store(tmp_path / "db"))
     assert ts.of("nfs3") is ts.of("nfs41") and isinstance(ts.of("nfs3"), NfsTransport)
     assert isinstance(ts.of("iscsi"), IscsiTransport) and ts.get("smb") is None
-    with pytest.raises(InvalidInput, match="one of nfs3, nfs41, iscsi"):
+    with pytest.raises(InvalidInput, match="one of nfs3, nfs41, iscsi, nvme-tcp"):
         ts.of("smb")
     recs = [nfs_record("a", 100), iscsi_record("b"), replace(nfs_record("c", 101), spec=replace(
         nfs_record("c", 101).spec, protocol="smb"))]
     assert [(t.name, [r.name for r in rs]) for t, rs in ts.grouped(recs)] == [
-        ("nfs", ["a"]), ("iscsi", ["b"])]  # an unknown protocol is left out (and logged)
+        ("nfs", ["a"]), ("iscsi", ["b"]), ("nvme", [])]  # an unknown one is left out
     with pytest.raises(ValueError, match="protocol nfs3"):
         Transports([*ts, NfsTransport(FakeGanesha(), Store(tmp_path / "db2"))])
 

@@ -1,6 +1,6 @@
 """Run the host adapter contract checks against the REAL adapters (inside the appliance).
 
-    python -m appliance.host.contract [--zfs] [--lio] [--zfs-pool-disks D1 D2 D3 D4]
+    python -m appliance.host.contract [--zfs] [--lio] [--nvmet] [--zfs-pool-disks D1 D2 D3 D4]
                                       [--workdir /var/tmp/zds-contract] [--only CHECK]
     python -m appliance.host.contract --knfsd     # with knfsd serving (zds nfs-server knfsd)
 
@@ -8,7 +8,8 @@ Without ``--zfs-pool-disks`` it makes five sparse 512 MiB files in ``--workdir``
 builds its scratch pools (``zdsct`` for the pool checks, ``zdsctdev`` for the device
 checks, ``zdsctds`` for datasets) on them; everything is destroyed at the end. With four
 given disks the device checks (which need four unused ones) are left out. ``--lio``
-exports two sparse zvols of the scratch pool through LIO. ``--send`` (part of ``--zfs``)
+exports two sparse zvols of the scratch pool through LIO, ``--nvmet`` through the
+kernel NVMe target (on a port of its own, 127.0.0.1:4421). ``--send`` (part of ``--zfs``)
 checks replication's ``zfs send | zfs receive`` adapter on the scratch pool, with a
 64 MiB pool on a further file as the full target. ``--knfsd`` runs only the NFS export
 contract on the kernel NFS server (it must be the one running), exporting small tmpfs
@@ -26,8 +27,9 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from appliance.host.contract import lio_checks, zfs_checks, zfs_send_checks
+from appliance.host.contract import lio_checks, nvmet_checks, zfs_checks, zfs_send_checks
 from appliance.host.lio import Lio
+from appliance.host.nvmet import Nvmet
 from appliance.host.run import SubprocessRunner
 from appliance.host.ssh import OpenSsh
 from appliance.host.zfs import PoolLayout, VdevSpec, Zfs, ZfsHost
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m appliance.host.contract")
     ap.add_argument("--zfs", action="store_true", help="run the ZFS checks (default)")
     ap.add_argument("--lio", action="store_true", help="also run the LIO checks")
+    ap.add_argument("--nvmet", action="store_true",
+                    help="also run the NVMe target checks")
     ap.add_argument("--send", action="store_true",
                     help="only the zfs send/receive checks (--zfs includes them)")
     ap.add_argument("--knfsd", action="store_true",
@@ -55,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="run only this check (e.g. zfs.snapshot_batch_and_holds); "
                          "repeatable")
     args = ap.parse_args(argv)
-    run_zfs = args.zfs or not (args.lio or args.send)
+    run_zfs = args.zfs or not (args.lio or args.send or args.nvmet)
     run_send = run_zfs or args.send
 
     workdir = Path(args.workdir)
@@ -119,8 +123,17 @@ def main(argv: list[str] | None = None) -> int:
             _run_send(zfs, workdir, run)
         if args.lio and ds_pool_ready:
             _run_lio(zfs, run)
+        if args.nvmet and ds_pool_ready:
+            _run_nvmet(zfs, run)
     finally:
         if ds_pool_ready:
+            if args.nvmet:
+                try:
+                    nvmet = Nvmet(SubprocessRunner())
+                    nvmet_checks.cleanup(nvmet)
+                    nvmet.remove_port(nvmet_checks.PORT_ID)
+                except Exception as exc:
+                    print(f"cleanup of the NVMe target failed: {exc!r}", flush=True)
             if args.lio:
                 try:
                     lio_checks.cleanup(Lio())
@@ -200,6 +213,26 @@ def _run_lio(zfs: Zfs, run: Callable[[str, Callable[[], object]], bool]) -> None
     run("lio.apply_read_back", lambda: lio_checks.check_apply_read_back(lio, devices))
     run("lio.errors", lambda: lio_checks.check_errors(lio, devices,
                                                       f"/dev/zvol/{DS_POOL}/missing"))
+
+
+def _run_nvmet(zfs: Zfs, run: Callable[[str, Callable[[], object]], bool]) -> None:
+    nvmet = Nvmet(SubprocessRunner())
+    devices: list[str] = []
+
+    def make_zvols() -> None:
+        for i in range(2):
+            name = f"{DS_POOL}/nvmet{i}"
+            zfs.create_volume(name, 64 * MiB, sparse=True, properties={})
+            devices.append(zfs.wait_for_device(name, timeout=60))
+
+    if not run("nvmet.zvols", make_zvols):
+        return
+    if not run("nvmet.available", lambda: nvmet_checks.check_available(nvmet)):
+        return
+    run("nvmet.port", lambda: nvmet_checks.check_port(nvmet))
+    run("nvmet.apply_read_back", lambda: nvmet_checks.check_apply_read_back(nvmet, devices))
+    run("nvmet.errors", lambda: nvmet_checks.check_errors(
+        nvmet, devices, f"/dev/zvol/{DS_POOL}/missing"))
 
 
 def _run_knfsd(workdir: Path, as_json: bool) -> int:

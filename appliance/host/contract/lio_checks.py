@@ -86,6 +86,8 @@ def check_apply_read_back(lio: LioHost, devices: Sequence[str]) -> None:
         lio.apply_target(spec)
         live = _assert_matches(lio, spec)
         assert live.sessions == ()
+        # what the reconciler checks to complete a target a crash left half-built
+        assert live.enabled and live.authentication, live
         assert live.spec.luns[0].serial == SERIAL_1
         assert all(v == 1 for v in live.spec.luns[0].attributes.values()), live.spec.luns
         assert "zdsct-ds1" in lio.list_backstores()
@@ -109,8 +111,9 @@ def check_apply_read_back(lio: LioHost, devices: Sequence[str]) -> None:
         no_chap = replace(changed, luns=(lun1,), acls=(AclSpec(INIT_B),),
                           portals=(("0.0.0.0", 3260),))
         lio.apply_target(no_chap)
-        _assert_matches(lio, no_chap)
+        live = _assert_matches(lio, no_chap)
         assert lio.tpg_attributes(iqn)["authentication"] == 0
+        assert live.enabled and not live.authentication, live
         assert "zdsct-ds1" not in lio.list_backstores(), "a dropped LUN's backstore goes"
 
         expect(Conflict, lio.remove_backstore, "zdsct-ds1b")  # still exported

@@ -196,6 +196,7 @@ def check_filesystems(zfs: ZfsHost, pool: str) -> None:
         assert info.prop("recordsize") == "65536"
         assert info.prop("zds:kind") == "nfs"
         assert info.prop("mountpoint").endswith(f"/{SCRATCH}/a/b"), info.prop("mountpoint")
+        assert info.prop("mounted") == "yes", "zfs create mounts what it creates"
         assert info.prop("origin") == "", "origin is reported on clones only"
         _numeric(info, "used", "available", "referenced", "creation", "guid", "quota",
                  "refquota", "refreservation")
@@ -237,6 +238,8 @@ def check_filesystems(zfs: ZfsHost, pool: str) -> None:
                {"refreservation": str(avail.int_prop("available") + 512 * MiB)})
         assert zfs.get_dataset(big) is None
 
+        _check_mounts(zfs, root, leaf)
+
         expect(Conflict, zfs.destroy, f"{root}/a")  # has children
         assert zfs.get_dataset(leaf) is not None
         zfs.destroy(leaf)
@@ -248,6 +251,43 @@ def check_filesystems(zfs: ZfsHost, pool: str) -> None:
     finally:
         zfs.destroy(root, recursive=True)
     assert zfs.get_dataset(root) is None
+
+
+def _mounted(zfs: ZfsHost, name: str) -> str:
+    info = zfs.get_dataset(name, ("mounted", "canmount"))
+    assert info is not None
+    return info.prop("mounted")
+
+
+def _check_mounts(zfs: ZfsHost, root: str, leaf: str) -> None:
+    """The state a ``zfs create`` cut between creating and mounting leaves (reached with
+    ``unmount``): ``mounted=no`` with canmount on; ``mount`` finishes it, idempotently.
+    What the reconciler relies on to repair it, and what FakeZfs models."""
+    zfs.unmount(leaf)
+    info = zfs.get_dataset(leaf, ("mounted", "canmount", "mountpoint"))
+    assert info is not None and info.prop("mounted") == "no", info
+    assert info.prop("canmount") == "on" and info.prop("mountpoint").startswith("/"), info
+    zfs.unmount(leaf)  # not mounted: nothing to do
+    zfs.mount(leaf)
+    assert _mounted(zfs, leaf) == "yes"
+    zfs.mount(leaf)  # mounted already: nothing to do
+    assert _mounted(zfs, leaf) == "yes"
+    expect(NotFound, zfs.mount, f"{root}/nope")
+    off = f"{root}/off"
+    zfs.create_filesystem(off, {"canmount": "off"})
+    assert _mounted(zfs, off) == "no"
+    expect(Conflict, zfs.mount, off)
+    zfs.destroy(off)
+    vol = f"{root}/vol"
+    zfs.create_volume(vol, 32 * MiB, sparse=True, properties={})
+    expect(InvalidInput, zfs.mount, vol)
+    zfs.destroy(vol)
+    # a file system left unmounted is destroyed like any other
+    gone = f"{root}/gone"
+    zfs.create_filesystem(gone, {})
+    zfs.unmount(gone)
+    zfs.destroy(gone)
+    assert zfs.get_dataset(gone) is None
 
 
 def check_volumes(zfs: ZfsHost, pool: str,

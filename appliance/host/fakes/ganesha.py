@@ -7,7 +7,10 @@ Same validation (``check_spec``/``render_export_block``), same errors, same idem
 - ``set_connected(export_id, [addr, ...])`` simulates clients using an export now (what
   ShowExports/ShowClients would then say; who counts as connected is decided by the same
   :func:`~appliance.host.ganesha.active_clients` as for the real one);
-- ``calls`` records the DBus methods the real adapter would have called.
+- ``calls`` records the DBus methods the real adapter would have called;
+- ``on_step`` (when set) is called between an export's file and its DBus call (written
+  before AddExport, removed after RemoveExport, as the real adapter does), so a test can
+  kill the engine there.
 
 appliance.host.contract.ganesha_checks holds both to the same behaviour.
 """
@@ -45,6 +48,8 @@ class FakeGanesha:
     _live: dict[int, ExportSpec] = field(default_factory=dict)
     _files: dict[int, str] = field(default_factory=dict)
     _connected: dict[int, list[str]] = field(default_factory=dict)
+    on_step: Callable[[str], None] | None = None
+    _pending: set[int] = field(default_factory=set)  # files written, not taken yet
 
     # -- test controls ---------------------------------------------------------------------
 
@@ -78,7 +83,7 @@ class FakeGanesha:
                              tuple(c for rule in s.clients for c in rule.clients))
 
     def rendered(self, export_id: int) -> str | None:
-        return self._files.get(export_id)
+        return None if export_id in self._pending else self._files.get(export_id)
 
     def add_export(self, spec: ExportSpec) -> None:
         self._add(spec, lambda: self._up("ShowExports", 0))
@@ -125,8 +130,9 @@ class FakeGanesha:
         check_export_id(export_id)
         self._up("RemoveExport", export_id)
         self._live.pop(export_id, None)
-        self._files.pop(export_id, None)
         self._connected.pop(export_id, None)
+        self._step(f"export {export_id}: removed, its file not yet")
+        self._files.pop(export_id, None)
 
     def activity(self) -> Activity:
         self._up("ShowExports", 0)
@@ -159,9 +165,16 @@ class FakeGanesha:
         self.calls.append((method, export_id))
 
     def _store(self, s: ExportSpec, text: str, method: str) -> None:
+        self._pending.add(s.export_id)
+        self._files[s.export_id] = text
+        self._step(f"export {s.export_id}: file written, {method} not called yet")
         self.calls.append((method, s.export_id))
         self._live[s.export_id] = s
-        self._files[s.export_id] = text
+        self._pending.discard(s.export_id)
+
+    def _step(self, what: str) -> None:
+        if self.on_step is not None:
+            self.on_step(what)
 
     @staticmethod
     def _same_path(s: ExportSpec, live: ExportSpec) -> None:

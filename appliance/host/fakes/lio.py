@@ -7,8 +7,10 @@ is idempotent; ``remove_target`` also deletes the target's backstores and never 
 missing target. Test helpers: :meth:`login`/:meth:`logout` fake an initiator session,
 ``down = True`` makes every call raise ``Unavailable``, :meth:`linked_to` ties the fake to
 a :class:`~appliance.host.fakes.zfs.FakeZfs` (devices must exist as zvols there, and zvols
-exported here are "busy" for ``zfs destroy``). ``calls`` counts changes made to the tree,
-so tests can assert that a repeated apply changed nothing.
+exported here are "busy" for ``zfs destroy``). ``changes`` counts changes made to the
+tree, so tests can assert that a repeated apply changed nothing; ``on_step`` (when set) is
+called after each of them, so a test can kill the engine between any two (rtslib makes
+them one configfs write at a time: a crash leaves a target half-built).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from appliance.errors import Conflict, NotFound, Unavailable, ZdsError
+from appliance.errors import Conflict, DeviceMissing, NotFound, Unavailable, ZdsError
 from appliance.host.lio import (
     VAAI_ATTRIBUTES,
     AclSpec,
@@ -72,6 +74,7 @@ class FakeLio:
         self.backstores: dict[str, _Backstore] = {}
         self.changes = 0
         self._device_exists = device_exists or (lambda _path: True)
+        self.on_step: Callable[[str], None] | None = None
 
     # ---- test helpers -------------------------------------------------------------
     @classmethod
@@ -101,6 +104,8 @@ class FakeLio:
 
     def _changed(self) -> None:
         self.changes += 1
+        if self.on_step is not None:
+            self.on_step(f"configfs write {self.changes}")
 
     def _in_use(self, backstore: str, except_iqn: str | None = None) -> list[str]:
         return [t.iqn for t in self.targets.values()
@@ -144,7 +149,8 @@ class FakeLio:
         acls = tuple(AclSpec(i, t.acls[i].chap) for i in sorted(t.acls))
         spec = TargetSpec(iqn=t.iqn, luns=tuple(luns), acls=acls,
                           portals=tuple(sorted(t.portals)))
-        return LiveTarget(spec=spec, sessions=tuple(sorted(t.sessions)))
+        return LiveTarget(spec=spec, sessions=tuple(sorted(t.sessions)), enabled=t.enabled,
+                          authentication=bool(t.attributes.get("authentication")))
 
     def apply_targets(self, specs: Sequence[TargetSpec]) -> dict[str, ZdsError]:
         self._up()
@@ -162,7 +168,7 @@ class FakeLio:
         # Check everything that can fail before changing anything.
         for lun in spec.luns:
             if not self._device_exists(lun.device):
-                raise NotFound(f"cannot export {lun.device}: no such block device")
+                raise DeviceMissing(f"cannot export {lun.device}: no such block device")
             b = self.backstores.get(lun.backstore)
             if b is not None and (b.device != lun.device or b.serial != lun.serial):
                 users = self._in_use(lun.backstore, except_iqn=spec.iqn)

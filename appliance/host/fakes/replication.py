@@ -21,7 +21,7 @@ import base64
 import contextlib
 import hashlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound
@@ -192,6 +192,9 @@ class FakeZfsSend:
         self.transports: list[str] = []  # the transport of each transfer asked for
         self.streamed: list[str] = []  # every source snapshot a transfer put on the wire
         self._tokens = 0
+        # called between chunks of a stream: a test may kill the sender there, and the
+        # receive then keeps what arrived (zfs receive -s sees the stream end)
+        self.on_step: Callable[[str], None] | None = None
 
     # -- cursor ------------------------------------------------------------------------
     def _snap(self, name: str) -> tuple[_Ds, _Snap]:
@@ -445,6 +448,13 @@ class FakeZfsSend:
                 raise interrupted(done - start, "cannot receive incremental stream: "
                                   "checksum mismatch or incomplete stream")
             done += n
+            if self.on_step is not None and done < total:
+                try:
+                    self.on_step(f"zfs send | receive {receive.dataset}: {done} of {total}")
+                except BaseException:
+                    self._keep_partial(tz, stream, send, rspec, receive.dataset, done, total,
+                                       full)
+                    raise
             if progress is not None:
                 progress(done - start)
         self._apply(tz, stream, rspec, full)
@@ -525,6 +535,7 @@ class FakeZfsSend:
         ds = self.zfs._ds(dataset)
         if ds.type != "filesystem":
             raise InvalidInput(f"cannot mount '{dataset}': not a filesystem")
+        ds.mounted = True
 
 
 def _local_props(src: _Ds, receive: ReceiveSpec) -> dict[str, str]:

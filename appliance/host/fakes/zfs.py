@@ -14,7 +14,17 @@ refreservation equals its volsize; sparse volumes and clones reserve nothing.
 Test helpers: ``FakeZfs(disks={"/dev/sdb": 10 * GiB})`` declares disks,
 :meth:`FakeZfs.with_pool` builds a ready pool, :meth:`FakeZfs.write` pretends data was
 written, ``down = True`` makes every call raise ``Unavailable``, :meth:`add_holder`
-marks devices as held open (``zfs destroy`` of a held zvol -> ``Conflict`` "busy").
+marks devices as held open (``zfs destroy`` of a held zvol -> ``Conflict`` "busy"),
+:meth:`drop_link` removes a zvol's /dev link as a lost udev event does (waiting for the
+device re-triggers udev and brings it back, as the real adapter does; ``stuck_links``
+never come back).
+
+Commands the real ``zfs``/``zpool`` carry out in more than one step a crash can fall
+between are modelled as such, and ``on_step`` (when set) is called at each point between
+them, so a test can kill the engine there (tests/unit/crashpoints.py):
+``zfs create``/``zfs clone`` of a file system creates it, then mounts it; ``zfs destroy``
+unmounts, then destroys; ``zpool import`` imports, then mounts; ``zpool export``
+unmounts, then exports.
 """
 
 from __future__ import annotations
@@ -139,6 +149,9 @@ class _Ds:
     content: str = ""  # a tag for the data now (FakeZfs.write sets it)
     bookmarks: list[_Snap] = field(default_factory=list)  # name, guid, txg of the snapshot
     partial: object | None = None  # a resumable partial receive (fakes.replication)
+    # a file system can be mounted (canmount on, a mountpoint); False: it is not, as a
+    # `zfs create` cut between creating and mounting or a `zfs unmount` leaves it
+    mounted: bool = True
 
 
 @dataclass
@@ -197,7 +210,10 @@ class FakeZfs:
         self._txg = 1
         self._holders: list[Callable[[str], bool]] = []
         self.existing_devices: set[str] = set()  # zvol nodes udev "created"
+        self.stuck_links: set[str] = set()  # dropped links a udev trigger does not restore
         self.foreign: set[str] = set()  # exported pools last used by another hostid
+        # called between the steps of a multi-step command (see the module docstring)
+        self.on_step: Callable[[str], None] | None = None
 
     # ---- test helpers -------------------------------------------------------------
     @classmethod
@@ -235,7 +251,16 @@ class FakeZfs:
         if not path.startswith(prefix):
             return False
         ds = self._find(path[len(prefix):])
-        return ds is not None and ds.type == "volume"
+        return ds is not None and ds.type == "volume" and path in self.existing_devices
+
+    def drop_link(self, path: str) -> None:
+        """udev lost the event that makes this zvol's /dev link (seen after imports of
+        hundreds of zvols): the device is missing until udev is triggered again."""
+        self.existing_devices.discard(path)
+
+    def _step(self, what: str) -> None:
+        if self.on_step is not None:
+            self.on_step(what)
 
     # ---- internals ----------------------------------------------------------------
     def _up(self) -> None:
@@ -398,12 +423,12 @@ class FakeZfs:
         return pool
 
     def _make(self, pool: _Pool, name: str, kind: DsType, local: dict[str, str],
-              user: dict[str, str], origin: str | None = None) -> _Ds:
+              user: dict[str, str], origin: str | None = None, mounted: bool = True) -> _Ds:
         parent = name.rsplit("/", 1)[0]
         if parent not in pool.datasets:
             self._make(pool, parent, "filesystem", {}, {})
         ds = _Ds(name, kind, self._guid(), self._now(), self._next_txg(), local, user,
-                 origin=origin)
+                 origin=origin, mounted=mounted)
         pool.datasets[name] = ds
         if kind == "volume":
             self.existing_devices.add(self.zvol_device(name))
@@ -680,6 +705,9 @@ class FakeZfs:
             if self._held(ds):
                 raise Conflict(f"cannot export '{pool}': pool is busy")
         for ds in p.datasets.values():
+            ds.mounted = False
+        self._step(f"zpool export {pool}: file systems unmounted, pool not exported yet")
+        for ds in p.datasets.values():
             self.existing_devices.discard(self.zvol_device(ds.name))
         p.imported = False
 
@@ -697,8 +725,12 @@ class FakeZfs:
         self.foreign.discard(pool)
         p.imported = True
         for ds in p.datasets.values():
+            ds.mounted = False  # zpool import -N, then the guard, then zfs mount -a
             if ds.type == "volume":
                 self.existing_devices.add(self.zvol_device(ds.name))
+        self._step(f"zpool import {pool}: imported, file systems not mounted yet")
+        for ds in p.datasets.values():
+            ds.mounted = True
 
     def importable_pools(self) -> list[str]:
         self._up()
@@ -787,7 +819,8 @@ class FakeZfs:
                 "canmount": ds.local.get("canmount", "on"),
             })
             props["mounted"] = "yes" if (props["mountpoint"] not in ("none", "legacy")
-                                         and props["canmount"] == "on") else "no"
+                                         and props["canmount"] == "on"
+                                         and ds.mounted) else "no"
         else:
             props.update({  # quota, mountpoint, recordsize... do not apply: not listed
                 "volsize": ds.local["volsize"],
@@ -833,9 +866,11 @@ class FakeZfs:
         need = int(props.get("refreservation", "0")) + int(props.get("reservation", "0"))
         if need > self._pool_avail(pool):
             raise InsufficientSpace(f"cannot create '{name}': out of space")
-        self._make(pool, name, "filesystem",
-                   {k: v for k, v in props.items() if ":" not in k},
-                   {k: v for k, v in props.items() if ":" in k})
+        ds = self._make(pool, name, "filesystem",
+                        {k: v for k, v in props.items() if ":" not in k},
+                        {k: v for k, v in props.items() if ":" in k}, mounted=False)
+        self._step(f"zfs create {name}: created, not mounted yet")
+        ds.mounted = True
 
     def create_volume(self, name: str, size: int, sparse: bool,
                       properties: Mapping[str, str]) -> None:
@@ -943,6 +978,9 @@ class FakeZfs:
                 if s.holds:
                     raise Conflict(f"cannot destroy snapshot {d.name}@{s.name}: it's "
                                    "being held. Run 'zfs holds -r' to see holders.")
+        for d in subtree:
+            d.mounted = False
+        self._step(f"zfs destroy {name}: unmounted, not destroyed yet")
         for d in subtree:
             del pool.datasets[d.name]
             self.existing_devices.discard(self.zvol_device(d.name))
@@ -1123,9 +1161,13 @@ class FakeZfs:
         if need > self._pool_avail(pool):
             raise InsufficientSpace(f"cannot create '{target}': out of space")
         ds = self._make(pool, target, src.type, local,
-                        {k: v for k, v in props.items() if ":" in k}, origin=snapshot)
+                        {k: v for k, v in props.items() if ":" in k}, origin=snapshot,
+                        mounted=src.type != "filesystem")
         ds.data = snap.referenced
         ds.content = snap.content
+        if src.type == "filesystem":
+            self._step(f"zfs clone {target}: created, not mounted yet")
+            ds.mounted = True
 
     def zvol_device(self, name: str) -> str:
         return f"/dev/zvol/{name}"
@@ -1136,9 +1178,33 @@ class FakeZfs:
         if ds.type != "volume":
             raise InvalidInput(f"'{name}' is not a volume")
         path = self.zvol_device(name)
+        if path not in self.existing_devices and path not in self.stuck_links:
+            self.existing_devices.add(path)  # udevadm trigger replays the lost event
         if path not in self.existing_devices:
-            raise Unavailable(f"{path} did not appear within {timeout:.0f} s")
+            raise Unavailable(f"{path} did not appear within {timeout:.0f} s (udev)")
         return path
+
+    def mount(self, name: str) -> None:
+        self._up()
+        ds = self._ds(name)
+        if ds.type != "filesystem":
+            raise InvalidInput(f"cannot mount '{name}': not a filesystem")
+        pool = self._pool_of(name)
+        mountpoint = self._mountpoint(pool, ds)
+        if mountpoint in ("none", "legacy"):
+            raise Conflict(f"cannot mount '{name}': no mountpoint set ({mountpoint})")
+        if ds.local.get("canmount", "on") == "off":
+            raise Conflict(f"cannot mount '{name}': 'canmount' property is set to 'off'")
+        ds.mounted = True
+
+    def unmount(self, name: str) -> None:
+        self._up()
+        ds = self._ds(name)
+        if ds.type != "filesystem":
+            raise InvalidInput(f"cannot unmount '{name}': not a filesystem")
+        if self._held(ds):
+            raise Conflict(f"cannot unmount '{name}': pool or dataset is busy")
+        ds.mounted = False
 
     def iter_names(self) -> Iterator[str]:
         """Every dataset and snapshot name in imported pools (for test assertions)."""

@@ -1,0 +1,147 @@
+"""The HA test bed, proven with real Pacemaker and real fencing (tests/e2e/habed.py,
+docs/ha.md "Test bed"): two ZDS nodes in a corosync two_node pair, fence_scsi on LUNs a
+third guest serves with LIO, a ZFS pool with multihost=on on them, and a group (pool,
+floating address, a small web server on it) a client on the service segment reads.
+
+Then the unplanned failure: the active node's QEMU is killed (-9); the survivor must
+notice, fence it (its key leaves every LUN), import the pool (waiting out the MMP
+activity check) and bring the address and the service up, and the client reads the same
+data again. Each step's time is printed (from the survivor's journal, on the host's
+clock). Last, the killed node boots again and rejoins as standby, so the bed is whole
+for whatever runs after.
+
+Opt-in (ZDS_E2E_HA=1): three guests of its own, about 15 min under TCG."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from tests.e2e.habed import (
+    CLUSTER,
+    DATA,
+    IP_RSC,
+    LUN_COUNT,
+    NODES,
+    POOL,
+    POOL_RSC,
+    VIP,
+    WWW_RSC,
+    HaBed,
+    failover_timeline,
+    fence_scsi_key,
+    lun_path,
+)
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(os.environ.get("ZDS_E2E_HA") != "1",
+                       reason="the HA test bed is opt-in (ZDS_E2E_HA=1)"),
+]
+GROUP_RSCS = (POOL_RSC, IP_RSC, WWW_RSC)
+KEYS = {n.name: fence_scsi_key(CLUSTER, n.name) for n in NODES}
+
+
+def test_1_pair_formed_and_every_node_registered_on_every_lun(ha_bed: HaBed) -> None:
+    print(f"\n[e2e] HA bed up: {ha_bed.timings}")
+    a, b = (n.name for n in NODES)
+    s = ha_bed.status(a)
+    assert set(s.online) == {a, b} and s.quorum and not s.failed, s
+    active = ha_bed.active(a)
+    assert active in (a, b), s
+    # two_node with wait_for_all, as configured
+    q = ha_bed.nodes[a].check("corosync-quorumtool -s")
+    assert "2Node" in q and "WaitForAll" in q and "Quorate" in q, q
+    # unfencing registered both nodes' keys on every LUN, and one holds the reservation
+    # that lets only registered nodes write
+    for on in (a, b):
+        for dev, keys in ha_bed.keys(on).items():
+            assert sorted(keys) == sorted(KEYS.values()), (on, dev, keys)
+    for dev, res in ha_bed.reservations(a).items():
+        assert res is not None and res[0] in KEYS.values(), (dev, res)
+        assert res[1] == "Write Exclusive, registrants only", (dev, res)
+    assert ha_bed.nodes[active].check(f"zpool get -H -o value multihost {POOL}").strip() == "on"
+    rc, body = ha_bed.client_get()
+    assert rc == 0 and body.strip() == DATA, body
+
+
+def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) -> None:
+    victim = ha_bed.active()
+    survivor = ha_bed.peer(victim)
+    assert victim, ha_bed.status(survivor)
+    ha_bed.start_client_loop()
+    offset, offset_err = ha_bed.clock_offset(ha_bed.nodes[survivor])
+    time.sleep(3)  # a few good reads first
+    t_kill = ha_bed.nodes[victim].kill()
+    t0 = time.monotonic()
+    s = ha_bed.wait_status(survivor, lambda s: all(s.node_of(r) == survivor
+                                                   for r in GROUP_RSCS),
+                           timeout=600, what=f"serving from {survivor}")
+    t_served = time.monotonic() - t0
+    deadline = time.monotonic() + 120
+    while ha_bed.client_get()[0] != 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    client = ha_bed.stop_client_loop()
+    rc, body = ha_bed.client_get()
+    assert rc == 0 and body.strip() == DATA, body
+
+    # fenced: the victim's key left every LUN, the survivor's stayed and holds the
+    # reservation (preempt-and-abort hands it over when the victim held it)
+    for dev, keys in ha_bed.keys(survivor).items():
+        assert keys == [KEYS[survivor]], (dev, keys)
+    for dev, res in ha_bed.reservations(survivor).items():
+        assert res == (KEYS[survivor], "Write Exclusive, registrants only"), (dev, res)
+    # pacemaker asked for a reboot; fence_scsi cannot, so its fencer did "off"
+    history = ha_bed.fence_history(survivor, victim)
+    assert any(e.action in ("reboot", "off") and e.status == "success"
+               and e.delegate == survivor for e in history), history
+    assert s.unclean == () and victim not in s.online, s
+
+    tl = failover_timeline(ha_bed.journal(survivor, t_kill + offset - 30),
+                           t_kill + offset, victim=victim, survivor=survivor)
+    mmp = ha_bed.nodes[survivor].check(
+        "cat /sys/module/zfs/parameters/zfs_multihost_interval "
+        "/sys/module/zfs/parameters/zfs_multihost_import_intervals").split()
+    # ZFS's debug log says how long the import watched the pool for another writer
+    rc, delay = ha_bed.nodes[survivor].exec(
+        "grep -o 'import_delay=[0-9]*' /proc/spl/kstat/zfs/dbgmsg | tail -1")
+    outage = client.outage()
+    print(f"\n[e2e] failover {victim} -> {survivor} (seconds after the kill on the "
+          f"survivor's clock, +-{offset_err:.1f}): {tl.summary()}\n[e2e] crm_mon showed "
+          f"the group on {survivor} {t_served:.1f} s after the kill (polling); the client "
+          f"could not read for {outage:.1f} s ({client.fails} failed reads of "
+          f"{client.total}); MMP: interval {mmp[0]} ms x {mmp[1]} import intervals, "
+          f"{delay.strip() or 'import_delay not logged'} ns")
+    assert tl.complete(), tl
+    # fencing came before the import, and the import waited out the MMP activity check
+    assert tl.fenced is not None and tl.fenced <= tl.start_of(POOL_RSC), tl
+    assert tl.started(POOL_RSC) - tl.start_of(POOL_RSC) >= \
+        int(mmp[0]) * int(mmp[1]) / 1000 * 0.9, tl
+
+
+def test_3_killed_node_boots_again_and_rejoins_as_standby(ha_bed: HaBed) -> None:
+    down = next(n for n, app in ha_bed.nodes.items() if app.vm.pid() is None)
+    up = ha_bed.peer(down)
+    t0 = time.monotonic()
+    ha_bed.nodes[down].boot_again()
+    t_boot = time.monotonic() - t0
+    s = ha_bed.wait_status(up, lambda s: set(s.online) == {up, down}, timeout=600,
+                           what=f"rejoined by {down}")
+    t_join = time.monotonic() - t0
+    # unfenced again (its key back on every LUN), and the group stays where it is
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        keys = ha_bed.keys(up)
+        if all(sorted(k) == sorted(KEYS.values()) for k in keys.values()):
+            break
+        time.sleep(3)
+    assert all(sorted(k) == sorted(KEYS.values()) for k in keys.values()), keys
+    s = ha_bed.status(up)
+    assert all(s.node_of(r) == up for r in GROUP_RSCS), s
+    rc, out = ha_bed.nodes[down].exec(f"zpool list -H {POOL}")
+    assert rc != 0, f"{down} imported the pool on its own: {out}"
+    assert len([lun_path(i) for i in range(LUN_COUNT)]) == LUN_COUNT
+    print(f"\n[e2e] {down} booted again in {t_boot:.1f} s, online in the cluster after "
+          f"{t_join:.1f} s; VIP {VIP} still on {up}")
