@@ -28,7 +28,11 @@ from appliance.patterns import (
 # Datastore/initiator-group names become ZFS dataset components, IQN suffixes, ganesha
 # paths and libvirt pool names: the intersection of what all of them accept.
 # No '_': RFC 3720 iSCSI names (the IQN ends in the datastore name) do not allow it.
-_RESOURCE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?")
+# single dots between the other characters, alphanumeric ends (no "..", none at the ends);
+# the OpenAPI document publishes this very pattern (one '?' and one '*': cheap to generate)
+RESOURCE_NAME_PATTERN = anchored(r"[a-z0-9](?:(?:\.?[a-z0-9-])*\.?[a-z0-9])?")
+RESOURCE_NAME_MAX = 63
+_RESOURCE_NAME = re.compile(RESOURCE_NAME_PATTERN)
 # zpool(8): begins with a letter; letters, digits, '_', '-', '.', ':'. We drop ':' and ' '.
 _POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
 _POOL_RESERVED = ("mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup")
@@ -68,7 +72,8 @@ def has_control(value: object) -> bool:
 
 def resource_name(value: str, what: str = "name") -> str:
     """A datastore or initiator-group name: 1-63 of a-z 0-9 _ . -, alphanumeric ends."""
-    if not isinstance(value, str) or not _RESOURCE_NAME.fullmatch(value) or ".." in value:
+    if (not isinstance(value, str) or len(value) > RESOURCE_NAME_MAX
+            or not _RESOURCE_NAME.fullmatch(value)):
         raise InvalidInput(
             f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '.' or '-', "
             "starting and ending with a letter or digit"
@@ -305,9 +310,6 @@ def ssh_public_key(value: str) -> str:
 # (blanks around an IQN, an IPv6 zone id, "0.5M" for a record size), never wider:
 # tests/unit/test_schema_patterns.py holds each pattern to its validator.
 
-RESOURCE_NAME_MAX = 63
-# runs of '-' and single '.' between letters and digits: no '..', alphanumeric ends
-RESOURCE_NAME_PATTERN = anchored(r"[a-z0-9](?:-*(?:\.-+)*\.?[a-z0-9])*")
 RESOURCE_NAME_RULE = ("1-63 lowercase letters, digits, '.' or '-', starting and ending with "
                       "a letter or digit, no '..'")
 

@@ -24,6 +24,7 @@ log = logging.getLogger(__name__)
 
 MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
 SPARSE_FILES = (1, 16)  # how many sparse files a demo pool may have
+SPARSE_DEFAULT_COUNT = 2
 MIN_VDEV_SIZE = 64 << 20  # ZFS's minimum vdev size
 POOL_PROPERTIES = {"ashift": "12", "autotrim": "on"}
 # How long a background job waits for the change lock.
@@ -148,7 +149,7 @@ class PoolService:
             return pools[0]
         if not pools:
             raise NotFound("there is no pool yet: create one with POST /api/v1/pools")
-        raise InvalidInput(f"several pools exist ({', '.join(pools)}): name one in 'pool'")
+        raise Conflict(f"several pools exist ({', '.join(pools)}): name one in 'pool'")
 
     def imported(self) -> set[str]:
         if not self.ctx.zfs.available():
@@ -210,7 +211,9 @@ class PoolService:
         devices = result.all_devices()
         dupes = {d for d in devices if devices.count(d) > 1}
         if dupes:
-            raise InvalidInput(f"disks listed more than once: {', '.join(sorted(dupes))}")
+            # a disk belongs to one place in a pool; JSON Schema cannot say it across
+            # vdevs, so it is a conflict within the request, not malformed input (409)
+            raise Conflict(f"disks listed more than once: {', '.join(sorted(dupes))}")
         return result
 
     def create(self, req: PoolRequest) -> Job:
@@ -247,7 +250,7 @@ class PoolService:
 
     def _sparse_request(self, req: PoolRequest) -> PoolRequest:
         spec = req.sparse_files or {}
-        count = spec.get("count", 2)
+        count = spec.get("count", SPARSE_DEFAULT_COUNT)
         if not isinstance(count, int) or not SPARSE_FILES[0] <= count <= SPARSE_FILES[1]:
             raise InvalidInput("sparse_files.count: 1 to 16")
         size = validate.parse_size(spec.get("size", "8G"), "sparse_files.size")

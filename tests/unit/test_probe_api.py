@@ -129,7 +129,8 @@ def test_iscsi_target_logs_in_to_a_probe_lun(client: TestClient, rig: Rig,
     ({"profile": "bst", "datastore": "missing"}, 404, "not_found"),
     ({"profile": "bst", "datastore": "ds1", "overrides": {"size": "lots"}}, 422,
      "invalid_input"),
-    ({"profile": "bst", "datastore": "ds1", "target": "iscsi"}, 422, "invalid_input"),
+    # the target the datastore's protocol allows is its state: 409
+    ({"profile": "bst", "datastore": "ds1", "target": "iscsi"}, 409, "conflict"),
     ({"profile": "bst", "datastore": "ds1", "overrides": {"size": "200g"}}, 409,
      "insufficient_space"),
 ])
@@ -147,7 +148,7 @@ def test_file_set_profiles_need_a_way_to_make_a_file_system_on_a_zvol(
         client: TestClient, probe: Probe) -> None:
     _iscsi(client)
     r = client.post("/api/v1/probes", json={"profile": "varmail", "datastore": "lun1"})
-    assert r.status_code == 422 and "needs a file system" in r.json()["error"]["message"]
+    assert r.status_code == 409 and "needs a file system" in r.json()["error"]["message"]
 
 
 @pytest.mark.parametrize("target", ["local", "iscsi"])
