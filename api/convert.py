@@ -146,6 +146,8 @@ def pool_request(body: s.PoolCreate) -> PoolRequest:
         vdevs=[VdevRequest(v.type, list(v.disks)) for v in body.vdevs],
         log=[VdevRequest(v.type, list(v.disks)) for v in body.log],
         cache=list(body.cache), spares=list(body.spares),
-        sparse_files=body.sparse_files.model_dump() if body.sparse_files else None,
+        # what was given only: the engine's defaults depend on each other (type on count)
+        sparse_files=(body.sparse_files.model_dump(exclude_unset=True, exclude_none=True)
+                      if body.sparse_files else None),
         force=body.force,
     )

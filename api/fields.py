@@ -98,10 +98,10 @@ HoldTagPath = Annotated[str, path(anchored(HOLD_TAG), HOLD_TAG_RULE, "the hold t
 
 # --- access ---------------------------------------------------------------------------------
 
-NQN_RULE = ("an NVMe Qualified Name: nqn.yyyy-mm.reversed.domain:name (nqn.2014-08.com.vmware:nvme:esx01) or "
-            "nqn.2014-08.org.nvmexpress:uuid:<UUID> (what nvme-cli writes to "
-            "/etc/nvme/hostnqn); printable ASCII without spaces or '/', at most 223 "
-            "characters; case matters")
+NQN_RULE = ("an NVMe Qualified Name: nqn.yyyy-mm.reversed.domain:name "
+            "(nqn.2014-08.com.vmware:nvme:esx01) or nqn.2014-08.org.nvmexpress:uuid:<UUID> "
+            "(what nvme-cli writes to /etc/nvme/hostnqn); printable ASCII without spaces "
+            "or '/', at most 223 characters; case matters")
 Iqn = Annotated[str, text(validate.IQN_PATTERN, validate.IQN_RULE,
                           max_length=validate.MAX_IQN_BYTES)]
 Nqn = Annotated[str, text(nvmet.NQN_PATTERN, NQN_RULE, max_length=nvmet.NQN_MAX)]
@@ -217,9 +217,14 @@ Cron = Annotated[str, text(schedule.CRON_PATTERN,
                            "cron's grammar, e.g. '0 2 * * *'; values out of range and times "
                            "that never come (30 Feb) are refused")]
 RetentionCount = Annotated[int, Field(ge=0, le=MAX_KEEP), INTEGRAL]
-HookArgv = Annotated[list[Annotated[str, text(anchored(hooks.ARG), "no control characters",
-                                              max_length=hooks.MAX_ARG_LENGTH)]],
-                     Field(max_length=hooks.MAX_ARGS)]
+_HOOK_ARG = text(anchored(hooks.ARG), "no control characters",
+                 max_length=hooks.MAX_ARG_LENGTH)
+# the first item is the program: a file name in the hooks directory or an absolute path
+# (which programs are installed there is the appliance's state: 404 when missing)
+HookArgv = Annotated[list[Annotated[str, _HOOK_ARG]], Field(
+    max_length=hooks.MAX_ARGS, json_schema_extra={"prefixItems": [{
+        "type": "string", "maxLength": hooks.MAX_ARG_LENGTH,
+        "pattern": anchored(f"{hooks.PROGRAM}|/{hooks.ARG}")}]})]
 VcenterUser = Annotated[str, text("^[^\\x00-\\x1f]*$", "1-255 characters, no control "
                                   "characters", min_length=1,
                                   max_length=policies.VCENTER_USER_MAX)]

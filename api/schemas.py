@@ -32,7 +32,7 @@ from api.fields import (
     VdevSize,
     Volblocksize,
 )
-from appliance.services.pools import MIN_DEVICES, SPARSE_FILES
+from appliance.services.pools import MIN_DEVICES, SPARSE_DEFAULT_COUNT, SPARSE_FILES
 from appliance.transports.registry import TRANSPORT_TYPES, probe_targets, protocols
 
 # The values come from the transport registry, so a new protocol needs no change here;
@@ -400,10 +400,14 @@ def _disk_counts(field: str, kinds: tuple[str, ...], exact: str | None) -> list[
     for kind in kinds:
         bounds: dict[str, Any] = ({"minItems": 1, "maxItems": 1} if kind == exact
                                   else {"minItems": _least(kind)})
+        then: dict[str, Any] = {"properties": {field: bounds}}
         if field == "count":
-            bounds = {"minimum": _least(kind)}
-        rules.append({"if": {"properties": {"type": {"const": kind}}},
-                      "then": {"properties": {field: bounds}}})
+            then = {"properties": {field: {"minimum": _least(kind)}}}
+            if _least(kind) > SPARSE_DEFAULT_COUNT:  # the default count is too few
+                then["required"] = [field]
+        # "required": an if without it holds when type is left out
+        rules.append({"if": {"required": ["type"], "properties": {"type": {"const": kind}}},
+                      "then": then})
     return rules
 
 
@@ -419,7 +423,8 @@ class VdevBody(Strict):
         allOf=_disk_counts("disks", VDEV_TYPES, exact="disk")))
 
     type: Literal["disk", "mirror", "raidz", "raidz1", "raidz2", "raidz3"]
-    disks: list[DevicePath] = Field(examples=[["/dev/disk/by-id/virtio-zdsdata0",
+    disks: list[DevicePath] = Field(json_schema_extra={"uniqueItems": True},
+                                    examples=[["/dev/disk/by-id/virtio-zdsdata0",
                                                "/dev/disk/by-id/virtio-zdsdata1"]])
 
 
@@ -429,14 +434,16 @@ class SparseFilesBody(Strict):
     model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(
         allOf=_disk_counts("count", SPARSE_TYPES, exact=None)))
 
-    count: Int = Field(default=2, ge=SPARSE_FILES[0], le=SPARSE_FILES[1])
+    count: Int = Field(default=SPARSE_DEFAULT_COUNT, ge=SPARSE_FILES[0], le=SPARSE_FILES[1])
     size: VdevSize = "8G"
-    type: Literal["disk", "mirror", "raidz1", "raidz2", "raidz3"] = "mirror"
+    type: Literal["disk", "mirror", "raidz1", "raidz2", "raidz3"] | None = Field(
+        default=None, description="default: mirror for 2 files or more, else disk")
 
 
 class PoolCreate(Strict):
-    """From disks (``vdevs``, at least one, with ``log``, ``cache`` and ``spares``; no
-    disk twice in the pool) or from sparse files (``sparse_files`` alone: a demo pool)."""
+    """From disks (``vdevs``, at least one, with ``log``, ``cache`` and ``spares``) or
+    from sparse files (``sparse_files`` alone: a demo pool). A disk listed in two places
+    of the pool is a conflict (409; JSON Schema can say it within one list only)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"name": "tank", "vdevs": [{"type": "mirror", "disks": [
@@ -454,8 +461,10 @@ class PoolCreate(Strict):
     name: PoolName
     vdevs: list[VdevBody] = Field(default_factory=list)
     log: list[VdevBody] = Field(default_factory=list, description="SLOG")
-    cache: list[DevicePath] = Field(default_factory=list, description="L2ARC devices")
-    spares: list[DevicePath] = Field(default_factory=list)
+    cache: list[DevicePath] = Field(default_factory=list, description="L2ARC devices",
+                                    json_schema_extra={"uniqueItems": True})
+    spares: list[DevicePath] = Field(default_factory=list,
+                                     json_schema_extra={"uniqueItems": True})
     sparse_files: SparseFilesBody | None = None
     force: bool = Field(default=False, description="zpool create -f (disks with old labels)")
 
