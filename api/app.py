@@ -107,7 +107,7 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
 # the labels pydantic puts in an error's location for the member of a union that refused
 # (``constrained-str``, ``function-before[...]``): how the type is built, not where
 _UNION_MEMBER = re.compile(r"(?:constrained-|function-|list\[|dict\[|literal\[|nullable\[|"
-                           r"lax-or-strict\[|tagged-union\[)|(?:int|str|bool|float|none)$")
+                           r"lax-or-strict\[|tagged-union\[).*|int|str|bool|float|none")
 
 
 def _problems(errors: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -116,7 +116,7 @@ def _problems(errors: Sequence[Mapping[str, Any]]) -> list[str]:
     by_place: dict[str, list[Mapping[str, Any]]] = {}
     for e in errors:
         place = ".".join(str(p) for p in e["loc"]
-                         if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.match(p)))
+                         if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.fullmatch(p)))
         by_place.setdefault(place, []).append(e)
     lines = []
     for place, found in by_place.items():

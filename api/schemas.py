@@ -240,7 +240,7 @@ class DatastorePut(Strict):
 
 class CloneBody(Strict):
     """A new datastore from a snapshot: its protocol is the source's, so only the
-    source's section may be given (the other is refused, 422)."""
+    source's section may be given (another is refused, 409: it is the source's state)."""
 
     name: Name = Field(examples=["vmfs01-test"])
     nfs: NfsAccessBody | None = None

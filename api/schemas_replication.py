@@ -174,8 +174,8 @@ class CheckOut(BaseModel):
 
 class PromoteBody(s.Strict):
     """Serve the replica as a datastore on this appliance (no source needed). Its protocol
-    is the replica's, so only that protocol's section may be given (the other is refused,
-    422)."""
+    is the replica's, so only that protocol's section may be given (another is refused,
+    409: it is the replica's state)."""
 
     model_config = ConfigDict(json_schema_extra={"examples": [
         {"name": "vmfs-nfs01", "nfs": {"clients": [{"match": "192.0.2.0/24"}]}},

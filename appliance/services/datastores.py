@@ -261,15 +261,18 @@ class DatastoreService:
 
     # --- validation -----------------------------------------------------------------
 
-    def validate_request(self, name: str, req: DatastoreRequest) -> DatastoreSpec:
-        """Turns a request into a spec or raises InvalidInput/NotFound; changes nothing."""
+    def validate_request(self, name: str, req: DatastoreRequest, *,
+                         foreign: type[ZdsError] = InvalidInput) -> DatastoreSpec:
+        """Turns a request into a spec or raises InvalidInput/NotFound; changes nothing.
+        ``foreign``: what another protocol's access fields raise (a clone or promote takes
+        its source's protocol, so there it is the source's state: Conflict)."""
         validate.resource_name(name, "datastore name")
         transport = self.ctx.transports.of(req.protocol)
         if req.profile not in PROFILES:
             raise InvalidInput(f"invalid profile {req.profile!r}: one of {', '.join(PROFILES)}")
         pool = self.pools.resolve(req.pool)
         size = validate.parse_size(req.size)
-        self._refuse_foreign_fields(transport, req)
+        self._refuse_foreign_fields(transport, req, foreign)
         labels = validate.labels(req.labels or {})
         clients: list[NfsClient] = []
         seen: set[str] = set()
@@ -338,14 +341,15 @@ class DatastoreService:
         transport.check(spec)
         return spec
 
-    def _refuse_foreign_fields(self, transport: AnyTransport, req: DatastoreRequest) -> None:
+    def _refuse_foreign_fields(self, transport: AnyTransport, req: DatastoreRequest,
+                               foreign: type[ZdsError] = InvalidInput) -> None:
         """Fields of another protocol's access (clients, initiators...) or of the other
         storage kind's block size are refused, not ignored."""
         for other in self.ctx.transports:
             given = [f for f in other.access_fields
                      if f not in transport.access_fields and getattr(req, f)]
             if given:
-                raise InvalidInput(f"{other.access_said} are for "
+                raise foreign(f"{other.access_said} are for "
                                    f"{'/'.join(other.protocols)} datastores"
                                    + (f"; {transport.access_hint}" if transport.access_hint
                                       else ""))

@@ -870,7 +870,7 @@ class ReplicationService:
         if adopted.error and req.chap is None and keep:
             raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
                            "the replica: give them in the promote body (iscsi.chap)")
-        spec = self.datastores.validate_request(new_name, base)
+        spec = self.datastores.validate_request(new_name, base, foreign=Conflict)
         notes: builtins.list[str] = _access_notes(src, req, bool(adopted.error), new_name)
         with self.ctx.lock.hold(f"promote {name}"):
             if self.ctx.store.get_datastore(new_name) is not None:

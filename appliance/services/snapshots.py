@@ -178,7 +178,7 @@ class SnapshotService:
             raise Conflict("a clone lives in the pool of its snapshot")
         spec = self.datastores.validate_request(
             new_name, replace(base, pool=src.spec.pool, size=max(
-                validate.parse_size(base.size), src.spec.size)))
+                validate.parse_size(base.size), src.spec.size)), foreign=Conflict)
         if spec.protocol != src.spec.protocol:
             raise Conflict(f"a clone keeps the protocol of its source ({src.spec.protocol})")
         with self.ctx.lock.hold(f"clone {new_name}"):
