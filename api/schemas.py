@@ -3,7 +3,9 @@
 Request bodies state every rule the engine checks (api/fields.py: patterns, lengths,
 bounds); rules between fields that JSON Schema can say (one of two fields, a section
 only for some protocols) are in the model's schema (``json_schema_extra``) and enforced
-by the engine. The few it cannot say are in the descriptions (tests/fuzz lists them).
+by the engine. What it cannot say depends on the appliance's state (a name that must
+exist, a disk listed in two vdevs, the protocol of a clone's source) and is refused as
+such: 404 or 409, never 422 (tests/fuzz holds both directions).
 """
 
 from __future__ import annotations

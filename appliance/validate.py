@@ -42,8 +42,6 @@ _SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME)
 # in the naming authority (iqn.2026-11.org.example), so we require that here.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"  # RFC 1123: at most 63 characters
 _IQN = re.compile(rf"iqn\.([0-9]{{4}})-([0-9]{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?")
-_EUI = re.compile(r"eui\.[0-9a-f]{16}")
-_NAA = re.compile(r"naa\.(?:[0-9a-f]{16}|[0-9a-f]{32})")
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*", re.IGNORECASE)
 # CHAP: RFC 1994 secrets are octets; we keep to printable ASCII without space, quotes or
 # backslash so a secret can never break out of an esxcli line or a libvirt secret.
@@ -120,12 +118,9 @@ def iqn(value: str) -> str:
     if len(name.encode()) > MAX_IQN_BYTES:
         raise InvalidInput(f"invalid iSCSI name {value!r}: longer than 223 bytes")
     m = _IQN.fullmatch(name)
-    if m:
-        month = int(m.group(2))
-        if not 1 <= month <= 12:
-            raise InvalidInput(f"invalid iSCSI name {value!r}: month {month:02d} in the date")
-        return name
-    if _EUI.fullmatch(name) or _NAA.fullmatch(name):
+    if m and not 1 <= int(m.group(2)) <= 12:  # said apart: the rest of it is well formed
+        raise InvalidInput(f"invalid iSCSI name {value!r}: month {m.group(2)} in the date")
+    if _IQN_PUBLISHED.fullmatch(name):  # the rule the OpenAPI document publishes
         return name
     raise InvalidInput(
         f"invalid iSCSI name {value!r}: expected iqn.YYYY-MM.reversed.domain[:identifier] "
@@ -334,6 +329,7 @@ IQN_PATTERN = anchored("|".join([
     no_case("eui") + rf"\.{_HEX}{{16}}",
     no_case("naa") + rf"\.(?:{_HEX}{{16}}|{_HEX}{{32}})",
 ]))
+_IQN_PUBLISHED = re.compile(IQN_PATTERN)
 IQN_RULE = ("iqn.YYYY-MM.reversed.domain[:identifier] with at least two domain labels "
             "(iqn.2026-11.org.example:host1), eui.<16 hex> or naa.<16|32 hex>; at most 223 "
             "characters, any case (stored lowercased)")
