@@ -95,8 +95,7 @@ def pool_name(value: str) -> str:
         raise InvalidInput(
             f"invalid pool name {value!r}: start with a letter; letters, digits, '_', '.', '-'"
         )
-    lowered = value.lower()
-    if any(lowered.startswith(r) for r in _POOL_RESERVED) or re.match(r"c\d", lowered):
+    if not _POOL_NAME_PUBLISHED.fullmatch(value):  # the pattern built from _POOL_RESERVED
         raise InvalidInput(f"invalid pool name {value!r}: reserved by ZFS")
     return value
 
@@ -313,6 +312,7 @@ POOL_NAME_PATTERN = anchored(avoiding(
     first=set(string.ascii_letters), rest=set(string.ascii_letters + string.digits + "_.-"),
     prefixes=[*(word_sets(w) for w in _POOL_RESERVED), [{"c", "C"}, set(string.digits)]],
     max_length=POOL_NAME_MAX))
+_POOL_NAME_PUBLISHED = re.compile(POOL_NAME_PATTERN)
 POOL_NAME_RULE = ("1-63 letters, digits, '_', '.' or '-', starting with a letter; not "
                   f"starting with {', '.join(_POOL_RESERVED)} or c and a digit (ZFS "
                   "reserves them), in any case")
