@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-from collections.abc import AsyncIterator
+import reprlib
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -14,8 +16,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api import console
-from api.deps import authorize
+from api.deps import authorize, known_query
 from api.errors import engine_error_response, error_response
+from api.fields import RULES
 from api.guard import Guard
 from api.routes import datastores, groups, jobs, metrics, policies, pools, replication, system
 from appliance import __version__
@@ -79,13 +82,12 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = [f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}"
-                    for e in exc.errors()]
+        problems = _problems(exc.errors())
         return error_response(422, "invalid_input", "; ".join(problems), {
             "errors": [{k: v for k, v in e.items() if k in ("loc", "msg", "type")}
                        for e in exc.errors()]})
 
-    v1 = APIRouter(prefix="/api/v1")
+    v1 = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query)])
     v1.include_router(system.router)
     protected = [datastores.router, pools.router, groups.router, jobs.router, metrics.router,
                  replication.router, replication.keys, policies.router, policies.vcenters]
@@ -95,11 +97,42 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     for router in protected:
         v1.include_router(router, dependencies=[Depends(authorize)])
     app.include_router(v1)
-    app.include_router(metrics.scrape, dependencies=[Depends(authorize)])
+    app.include_router(metrics.scrape, dependencies=[Depends(authorize), Depends(known_query)])
     console.mount(app)  # /ui and /docs: static files; they read through /api/v1
     # last, so outermost: token, size and load are checked before anything else runs
     app.add_middleware(Guard, engine=engine)
     return app
+
+
+# the labels pydantic puts in an error's location for the member of a union that refused
+# (``constrained-str``, ``function-before[...]``): how the type is built, not where
+_UNION_MEMBER = re.compile(r"(?:constrained-|function-|list\[|dict\[|literal\[|nullable\[|"
+                           r"lax-or-strict\[|tagged-union\[).*|int|str|bool|float|none")
+
+
+def _problems(errors: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One line per refused field: where (union members left out) and why; of a union's
+    refusals the one that states a rule (a pattern's), else all of them."""
+    by_place: dict[str, list[Mapping[str, Any]]] = {}
+    for e in errors:
+        place = ".".join(str(p) for p in e["loc"]
+                         if p != "body" and not (isinstance(p, str) and _UNION_MEMBER.fullmatch(p)))
+        by_place.setdefault(place, []).append(e)
+    lines = []
+    for place, found in by_place.items():
+        ruled = [e for e in found if e.get("type") == "string_pattern_mismatch"]
+        said = list(dict.fromkeys(_said(e) for e in (ruled or found)))
+        lines.append(f"{place}: {' or '.join(said)}" if place else " or ".join(said))
+    return lines
+
+
+def _said(error: Mapping[str, Any]) -> str:
+    """A validation error in words: a value refused by a pattern names the rule (the
+    validator's), not the regular expression."""
+    rule = RULES.get(str(error.get("ctx", {}).get("pattern", "")))
+    if error.get("type") == "string_pattern_mismatch" and rule:
+        return f"{reprlib.repr(error.get('input'))} is not valid: {rule}"
+    return str(error["msg"])
 
 
 def _allowed_methods(app: FastAPI, path: str) -> list[str]:

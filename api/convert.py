@@ -66,7 +66,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
     # each section shows the identities the record has: an export id, a target
     if rec.export_id is not None:
         nfs = s.NfsInfo(export_id=rec.export_id, path=v.path,
-                        clients=[s.NfsClientBody(match=c.match, access=c.access)
+                        clients=[s.NfsClientOut(match=c.match, access=c.access)
                                  for c in spec.nfs_clients])
     elif rec.iqn and rec.serial:
         chap = spec.iscsi.chap
@@ -94,7 +94,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
         labels=dict(spec.labels),
         # vars, not asdict: flat dataclasses, and asdict's deep copies were a tenth of
         # the list's time at 1,000 datastores
-        overrides=s.OverridesBody.model_validate(vars(spec.overrides)),
+        overrides=s.OverridesOut.model_validate(vars(spec.overrides)),
         protection=s.ProtectionOut(**vars(v.protection)) if v.protection else None,
         warnings=list(v.warnings),
     )
@@ -148,6 +148,8 @@ def pool_request(body: s.PoolCreate) -> PoolRequest:
         vdevs=[VdevRequest(v.type, list(v.disks)) for v in body.vdevs],
         log=[VdevRequest(v.type, list(v.disks)) for v in body.log],
         cache=list(body.cache), spares=list(body.spares),
-        sparse_files=body.sparse_files.model_dump() if body.sparse_files else None,
+        # what was given only: the engine's defaults depend on each other (type on count)
+        sparse_files=(body.sparse_files.model_dump(exclude_unset=True, exclude_none=True)
+                      if body.sparse_files else None),
         force=body.force,
     )

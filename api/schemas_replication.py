@@ -8,6 +8,18 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from api import schemas as s
+from api.fields import (
+    BandwidthLimit,
+    KeyPrefix,
+    Name,
+    Port,
+    PublicKey,
+    ReplicationInterval,
+    SourceNetwork,
+    SshHost,
+    TargetDataset,
+    UnixUser,
+)
 from appliance.host.ssh import AuthorizedKey
 from appliance.services.datastores import ChapRequest
 from appliance.services.replication import (
@@ -21,26 +33,30 @@ from appliance.services.replication import (
     TargetRequest,
 )
 
+# a well-formed key (its blob names its type), so the examples are valid requests
+EXAMPLE_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8g"
+
 
 class TargetBody(s.Strict):
-    host: str = Field(description="the target appliance (or OpenZFS host): IP or DNS name",
+    host: SshHost = Field(description="the target appliance (or OpenZFS host): IP or DNS name",
                       examples=["192.0.2.20"])
-    dataset: str = Field(description="where the replica lives there: below the prefix the "
-                                     "target authorized for this appliance's key",
+    dataset: TargetDataset = Field(description="where the replica lives there: below the "
+                                   "prefix the target authorized for this appliance's key "
+                                   "(not in pool/datastores)",
                          examples=["tank/replicas/zds1/vmfs-nfs01"])
-    port: int = 22
-    user: str = Field(default="root", description="SSH user (a ZDS target: root, forced "
+    port: Port = 22
+    user: UnixUser = Field(default="root", description="SSH user (a ZDS target: root, forced "
                                                   "to its receive gate)")
-    host_key: str | None = Field(default=None, description=(
+    host_key: PublicKey | None = Field(default=None, description=(
         "pin this SSH host key (GET /replication/identity on the target lists its keys); "
         "without it the key the target presents on first contact is pinned"),
-                                 examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI..."])
+                                 examples=[EXAMPLE_KEY])
 
 
 class ReplicationPut(s.Strict):
     """Create or update an outgoing replication (idempotent)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"datastore": "vmfs-nfs01", "interval": "15m",
          "target": {"host": "192.0.2.20", "dataset": "tank/replicas/zds1/vmfs-nfs01"}},
         {"datastore": "vmfs-lun01", "interval": None, "after_snapshot_policy": True,
@@ -48,9 +64,9 @@ class ReplicationPut(s.Strict):
          "target": {"host": "dr.example.net", "dataset": "tank/replicas/zds1/vmfs-lun01"}},
     ]})
 
-    datastore: str
+    datastore: Name = Field(description="a datastore that exists here")
     target: TargetBody
-    interval: int | str | None = Field(default=None, description=(
+    interval: ReplicationInterval | None = Field(default=None, description=(
         "seconds or 90s/15m/1h/1d between scheduled runs (at least 60 s); null: runs only "
         "on request or after snapshot policies"), examples=["15m"])
     after_snapshot_policy: bool = Field(default=False, description=(
@@ -60,8 +76,9 @@ class ReplicationPut(s.Strict):
         "false: they send the newest existing snapshot"))
     raw: bool = Field(default=False, description="zfs send -w (raw; for encrypted datasets) "
                                                  "instead of -L -c -e (compressed)")
-    bandwidth_limit: int | str | None = Field(default=None, description="bytes/s, or 50M",
-                                              examples=["50M"])
+    bandwidth_limit: BandwidthLimit | None = Field(default=None, description="bytes/s "
+                                                   "(at least 64K), or 50M",
+                                                   examples=["50M"])
     enabled: bool = True
     transport: Literal["ssh", "ssh+tcp"] = Field(default="ssh", description=(
         "ssh: the stream goes through SSH, encrypted. ssh+tcp (a ZDS target only): SSH "
@@ -156,17 +173,19 @@ class CheckOut(BaseModel):
 
 
 class PromoteBody(s.Strict):
-    """Serve the replica as a datastore on this appliance (no source needed)."""
+    """Serve the replica as a datastore on this appliance (no source needed). Its protocol
+    is the replica's, so only that protocol's section may be given (another is refused,
+    409: it is the replica's state)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+    model_config = ConfigDict(json_schema_extra={"examples": [
         {"name": "vmfs-nfs01", "nfs": {"clients": [{"match": "192.0.2.0/24"}]}},
         {"name": "vmfs-lun01", "identity": "keep",
          "iscsi": {"initiators": ["iqn.1998-01.com.vmware:esxi01-4f2a"]}},
         {"name": "vmfs-nfs01", "keep_access": True},
     ]})
 
-    name: str | None = Field(default=None, description="datastore name (default: the "
-                                                       "source's)")
+    name: Name | None = Field(default=None, description="datastore name (default: the "
+                                                        "source's)")
     identity: Literal["new", "keep"] = Field(default="new", description=(
         "iSCSI: keep the source's IQN and NAA id (only when the source is gone for good; "
         "ESXi then mounts the VMFS as before) or a new one (ESXi resignatures)"))
@@ -202,12 +221,11 @@ class IdentityOut(BaseModel):
 
 
 class AuthorizedKeyPut(s.Strict):
-    public_key: str = Field(examples=["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI... "
-                                      "zds-replication@zds1"])
-    dataset_prefix: str = Field(description="the source may receive into this dataset and "
-                                            "below only (created when missing)",
-                                examples=["tank/replicas/zds1"])
-    sources: list[str] = Field(default_factory=list, description=(
+    public_key: PublicKey = Field(examples=[f"{EXAMPLE_KEY} zds-replication@zds1"])
+    dataset_prefix: KeyPrefix = Field(description="the source may receive into this dataset "
+                                      "and below only (created when missing; its pool must "
+                                      "be imported here)", examples=["tank/replicas/zds1"])
+    sources: list[SourceNetwork] = Field(default_factory=list, description=(
         "addresses/CIDRs the key may connect from (sshd from=); empty: any"))
 
 

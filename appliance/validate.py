@@ -10,28 +10,45 @@ surrounding blanks are trimmed (``has_control``).
 from __future__ import annotations
 
 import ipaddress
+import math
 import re
+import string
+from fractions import Fraction
 
 from appliance.errors import InvalidInput
+from appliance.patterns import (
+    anchored,
+    avoiding,
+    char_class,
+    decimal_at_least,
+    no_case,
+    word_sets,
+)
 
 # Datastore/initiator-group names become ZFS dataset components, IQN suffixes, ganesha
 # paths and libvirt pool names: the intersection of what all of them accept.
 # No '_': RFC 3720 iSCSI names (the IQN ends in the datastore name) do not allow it.
-_RESOURCE_NAME = re.compile(r"[a-z0-9](?:[a-z0-9.-]{0,61}[a-z0-9])?")
+# single dots between the other characters, alphanumeric ends (no "..", none at the ends);
+# the OpenAPI document publishes this very pattern (one '?' and one '*': cheap to generate)
+RESOURCE_NAME_PATTERN = anchored(r"[a-z0-9](?:(?:\.?[a-z0-9-])*\.?[a-z0-9])?")
+RESOURCE_NAME_MAX = 63
+_RESOURCE_NAME = re.compile(RESOURCE_NAME_PATTERN)
 # zpool(8): begins with a letter; letters, digits, '_', '-', '.', ':'. We drop ':' and ' '.
 _POOL_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,62}")
 _POOL_RESERVED = ("mirror", "raidz", "draid", "spare", "log", "cache", "special", "dedup")
-_SNAPSHOT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}")
+SNAPSHOT_NAME = r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}"
+_SNAPSHOT_NAME = re.compile(SNAPSHOT_NAME)
 # RFC 3720 3.2.6.3.1 iqn names, lowercased; rtslib-fb additionally wants two labels
 # in the naming authority (iqn.2026-11.org.example), so we require that here.
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"  # RFC 1123: at most 63 characters
-_IQN = re.compile(rf"iqn\.(\d{{4}})-(\d{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?")
-_EUI = re.compile(r"eui\.[0-9a-f]{16}")
-_NAA = re.compile(r"naa\.(?:[0-9a-f]{16}|[0-9a-f]{32})")
+_IQN = re.compile(rf"iqn\.([0-9]{{4}})-([0-9]{{2}})\.{_LABEL}(?:\.{_LABEL})+(?::[a-z0-9.:-]+)?")
 _HOSTNAME = re.compile(rf"(?=.{{1,253}}\Z){_LABEL}(?:\.{_LABEL})*", re.IGNORECASE)
 # CHAP: RFC 1994 secrets are octets; we keep to printable ASCII without space, quotes or
 # backslash so a secret can never break out of an esxcli line or a libvirt secret.
-_CHAP_TEXT = re.compile(r"[A-Za-z0-9!#%&()*+,./:;<=>?@\[\]^_{|}~-]+")
+CHAP_CHARACTERS = frozenset(string.ascii_letters + string.digits + "!#%&()*+,./:;<=>?@[]^_{|}~-")
+_CHAP_TEXT = re.compile(char_class(CHAP_CHARACTERS) + "+")
+CHAP_SECRET_LENGTH = (12, 255)  # ESXi and Windows initiators: 12-16
+CHAP_USER_MAX = 255
 # An OpenSSH public key line: type, base64 blob, optional comment. No options prefix
 # (command=, from=...): a key handed in from the hypervisor grants plain root login.
 _SSH_KEY = re.compile(
@@ -39,7 +56,7 @@ _SSH_KEY = re.compile(
     r"sk-ecdsa-sha2-nistp256@openssh\.com) [A-Za-z0-9+/]{16,8192}={0,3}(?: [ -~]{0,200})?")
 
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
-_SIZE = re.compile(r" *(\d+(?:\.\d+)?) *([KMGTP]?)(?:I?B)? *", re.IGNORECASE)
+_SIZE = re.compile(r" *([0-9]+(?:\.[0-9]+)?) *([KMGTP]?)(?:I?B)? *", re.IGNORECASE)
 
 MAX_IQN_BYTES = 223  # RFC 3720
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -53,7 +70,8 @@ def has_control(value: object) -> bool:
 
 def resource_name(value: str, what: str = "name") -> str:
     """A datastore or initiator-group name: 1-63 of a-z 0-9 _ . -, alphanumeric ends."""
-    if not isinstance(value, str) or not _RESOURCE_NAME.fullmatch(value) or ".." in value:
+    if (not isinstance(value, str) or len(value) > RESOURCE_NAME_MAX
+            or not _RESOURCE_NAME.fullmatch(value)):
         raise InvalidInput(
             f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '.' or '-', "
             "starting and ending with a letter or digit"
@@ -61,9 +79,12 @@ def resource_name(value: str, what: str = "name") -> str:
     return value
 
 
+UNIX_USER = r"[a-z_][a-z0-9_-]{0,31}"
+
+
 def unix_user(value: str, what: str = "user") -> str:
     """A Unix login name (useradd's default rule: lowercase, digits, '_', '-')."""
-    if not isinstance(value, str) or not re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}", value):
+    if not isinstance(value, str) or not re.fullmatch(UNIX_USER, value):
         raise InvalidInput(f"invalid {what} {value!r}: a Unix user name")
     return value
 
@@ -74,8 +95,7 @@ def pool_name(value: str) -> str:
         raise InvalidInput(
             f"invalid pool name {value!r}: start with a letter; letters, digits, '_', '.', '-'"
         )
-    lowered = value.lower()
-    if any(lowered.startswith(r) for r in _POOL_RESERVED) or re.match(r"c\d", lowered):
+    if not _POOL_NAME_PUBLISHED.fullmatch(value):  # the pattern built from _POOL_RESERVED
         raise InvalidInput(f"invalid pool name {value!r}: reserved by ZFS")
     return value
 
@@ -97,12 +117,9 @@ def iqn(value: str) -> str:
     if len(name.encode()) > MAX_IQN_BYTES:
         raise InvalidInput(f"invalid iSCSI name {value!r}: longer than 223 bytes")
     m = _IQN.fullmatch(name)
-    if m:
-        month = int(m.group(2))
-        if not 1 <= month <= 12:
-            raise InvalidInput(f"invalid iSCSI name {value!r}: month {month:02d} in the date")
-        return name
-    if _EUI.fullmatch(name) or _NAA.fullmatch(name):
+    if m and not 1 <= int(m.group(2)) <= 12:  # said apart: the rest of it is well formed
+        raise InvalidInput(f"invalid iSCSI name {value!r}: month {m.group(2)} in the date")
+    if _IQN_PUBLISHED.fullmatch(name):  # the rule the OpenAPI document publishes
         return name
     raise InvalidInput(
         f"invalid iSCSI name {value!r}: expected iqn.YYYY-MM.reversed.domain[:identifier] "
@@ -152,7 +169,7 @@ def nfs_client(value: str) -> str:
 
 def chap_user(value: str) -> str:
     # LIO reads "NULL" as "no user set"
-    if (not isinstance(value, str) or not 1 <= len(value) <= 255
+    if (not isinstance(value, str) or not 1 <= len(value) <= CHAP_USER_MAX
             or not _CHAP_TEXT.fullmatch(value) or value.upper() == "NULL"):
         raise InvalidInput(
             "invalid CHAP user name: 1-255 printable ASCII characters, no spaces or quotes"
@@ -162,7 +179,8 @@ def chap_user(value: str) -> str:
 
 def chap_secret(value: str) -> str:
     # ESXi and Windows initiators require 12-16 characters; LIO accepts longer.
-    if (not isinstance(value, str) or not 12 <= len(value) <= 255
+    lo, hi = CHAP_SECRET_LENGTH
+    if (not isinstance(value, str) or not lo <= len(value) <= hi
             or not _CHAP_TEXT.fullmatch(value) or value.upper() == "NULL"):
         raise InvalidInput(
             "invalid CHAP secret: 12-255 printable ASCII characters, no spaces or quotes "
@@ -181,7 +199,10 @@ def parse_size(value: int | str, what: str = "size") -> int:
         m = _SIZE.fullmatch(value)
         if not m:
             raise InvalidInput(f"invalid {what} {value!r}: use bytes or a number with K/M/G/T/P")
-        size = int(float(m.group(1)) * _UNITS[m.group(2).upper()])
+        number = float(m.group(1))
+        if math.isinf(number):  # 309 digits and more: float() says inf, int() would raise
+            raise InvalidInput(f"invalid {what} {value!r}: too large")
+        size = int(number * _UNITS[m.group(2).upper()])
     else:
         raise InvalidInput(f"invalid {what} {value!r}")
     if size <= 0:
@@ -199,7 +220,7 @@ def power_of_two_size(value: int | str, lo: int, hi: int, what: str) -> int:
 
 
 COMPRESSION = re.compile(r"on|off|lz4|zle|lzjb|gzip(?:-[1-9])?|zstd(?:-(?:[1-9]|1[0-9]))?"
-                         r"|zstd-fast(?:-\d{1,4})?")
+                         r"|zstd-fast(?:-[0-9]{1,4})?")
 SYNC = ("standard", "always", "disabled")
 
 
@@ -217,18 +238,24 @@ def sync(value: str) -> str:
     return value
 
 
+_PATH_CHARACTERS = "A-Za-z0-9_.:+-"
+
+
 def device_path(value: str) -> str:
     """A disk for a pool: an absolute path of plain characters (checked to exist later)."""
     if (not isinstance(value, str) or not value.startswith("/")
-            or not re.fullmatch(r"/[A-Za-z0-9_./:+-]+", value) or "/../" in value + "/"):
+            or not re.fullmatch(rf"/[{_PATH_CHARACTERS}/]+", value)
+            or "/../" in value + "/"):
         raise InvalidInput(
             f"invalid device {value!r}: give an absolute path such as /dev/disk/by-id/..."
         )
     return value
 
 
-_LABEL_KEY = re.compile(r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?")
-_LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?")
+LABEL_KEY = r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?"
+LABEL_VALUE = r"(?:[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?)?"
+_LABEL_KEY = re.compile(LABEL_KEY)
+_LABEL_VALUE = re.compile(LABEL_VALUE)
 MAX_LABELS = 32
 
 
@@ -267,3 +294,118 @@ def ssh_public_key(value: str) -> str:
     if not _SSH_KEY.fullmatch(text):
         raise InvalidInput(f"not an OpenSSH public key line: {text[:60]!r}")
     return text
+
+
+# --- the same rules as OpenAPI patterns ------------------------------------------------------
+# What the validators above accept, as JSON Schema ``pattern``s for the OpenAPI document
+# (the API's pydantic models enforce them before a request reaches the engine), built from
+# the same constants in the dialect appliance/patterns.py describes. A pattern may be
+# narrower than its validator where the validator is lenient with what people type
+# (blanks around an IQN, an IPv6 zone id, "0.5M" for a record size), never wider:
+# tests/unit/test_schema_patterns.py holds each pattern to its validator.
+
+RESOURCE_NAME_RULE = ("1-63 lowercase letters, digits, '.' or '-', starting and ending with "
+                      "a letter or digit, no '..'")
+
+POOL_NAME_MAX = 63
+POOL_NAME_PATTERN = anchored(avoiding(
+    first=set(string.ascii_letters), rest=set(string.ascii_letters + string.digits + "_.-"),
+    prefixes=[*(word_sets(w) for w in _POOL_RESERVED), [{"c", "C"}, set(string.digits)]],
+    max_length=POOL_NAME_MAX))
+_POOL_NAME_PUBLISHED = re.compile(POOL_NAME_PATTERN)
+POOL_NAME_RULE = ("1-63 letters, digits, '_', '.' or '-', starting with a letter; not "
+                  f"starting with {', '.join(_POOL_RESERVED)} or c and a digit (ZFS "
+                  "reserves them), in any case")
+
+SNAPSHOT_NAME_PATTERN = anchored(SNAPSHOT_NAME)
+SNAPSHOT_NAME_RULE = ("1-63 letters, digits, '_', '.', ':' or '-', starting with a letter or "
+                      "digit")
+
+_LABEL_ANY_CASE = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+_HEX = "[0-9A-Fa-f]"
+IQN_PATTERN = anchored("|".join([
+    no_case("iqn") + r"\.[0-9]{4}-(?:0[1-9]|1[0-2])\." + _LABEL_ANY_CASE
+    + rf"(?:\.{_LABEL_ANY_CASE})+(?::[A-Za-z0-9.:-]+)?",
+    no_case("eui") + rf"\.{_HEX}{{16}}",
+    no_case("naa") + rf"\.(?:{_HEX}{{16}}|{_HEX}{{32}})",
+]))
+_IQN_PUBLISHED = re.compile(IQN_PATTERN)
+IQN_RULE = ("iqn.YYYY-MM.reversed.domain[:identifier] with at least two domain labels "
+            "(iqn.2026-11.org.example:host1), eui.<16 hex> or naa.<16|32 hex>; at most 223 "
+            "characters, any case (stored lowercased)")
+
+_OCTET = r"(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])"
+IPV4 = rf"{_OCTET}(?:\.{_OCTET}){{3}}"
+_G = "[0-9A-Fa-f]{1,4}"
+IPV6 = "|".join([  # RFC 4291 2.2 forms 1 and 2 ('::' for one or more groups of zeros)
+    rf"(?:{_G}:){{7}}{_G}",
+    rf"(?:{_G}:){{1,7}}:",
+    *(rf"(?:{_G}:){{1,{n}}}(?::{_G}){{1,{7 - n}}}" for n in range(6, 0, -1)),
+    rf":(?::{_G}){{1,7}}",
+    "::",
+])
+IP_ADDRESS = rf"{IPV4}|{IPV6}"
+IP_NETWORK = (rf"{IPV4}/(?:3[0-2]|[12]?[0-9])|(?:{IPV6})/(?:12[0-8]|1[01][0-9]|[1-9]?[0-9])")
+_DNS_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+# the last label starts or ends with a letter, so no name is all digits and dots
+_LAST_DNS_LABEL = r"[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?|[0-9][A-Za-z0-9-]{0,61}[A-Za-z]"
+HOSTNAME = rf"(?:{_DNS_LABEL}\.)*(?:{_LAST_DNS_LABEL})"
+HOSTNAME_MAX = 253
+NFS_CLIENT_PATTERN = anchored(rf"\*|{IP_ADDRESS}|{IP_NETWORK}|{HOSTNAME}")
+NFS_CLIENT_RULE = ("an IPv4/IPv6 address, a CIDR network (192.0.2.0/24), a host name (its "
+                   "last label starting or ending with a letter) or *")
+
+CHAP_USER_PATTERN = anchored(avoiding(
+    first=set(CHAP_CHARACTERS), rest=set(CHAP_CHARACTERS), words=[word_sets("null")],
+    max_length=CHAP_USER_MAX))
+CHAP_TEXT_PATTERN = anchored(char_class(CHAP_CHARACTERS) + "+")
+CHAP_RULE = ("printable ASCII without spaces, quotes or backslash; never NULL (LIO's "
+             "'no user'), in any case")
+
+COMPRESSION_PATTERN = anchored(COMPRESSION.pattern)
+
+DEVICE_PATH_MIN = 2
+# components of the path characters, none of them '..'
+_PATH_SEGMENT = (rf"[{_PATH_CHARACTERS}]*[{_PATH_CHARACTERS.replace('.', '')}]"
+                 rf"[{_PATH_CHARACTERS}]*|\.\.\.+|\.?")
+DEVICE_PATH_PATTERN = anchored(rf"(?:/(?:{_PATH_SEGMENT}))+")
+DEVICE_PATH_RULE = "an absolute path of letters, digits and _ . : + - (no '..' component)"
+
+LABEL_KEY_PATTERN = anchored(LABEL_KEY)
+LABEL_VALUE_PATTERN = anchored(LABEL_VALUE)
+UNIX_USER_PATTERN = anchored(UNIX_USER)
+
+_BYTE_UNITS = (("", 1), ("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30), ("T", 1 << 40),
+               ("P", 1 << 50))
+_BYTE_SUFFIX = "(?:[Ii]?[Bb])?"
+SIZE_TEXT_MAX = 64  # a size beyond 64 characters is no size (and float() would say inf)
+
+
+def size_pattern(minimum: int) -> str:
+    """Size strings (:func:`parse_size`) of at least ``minimum`` bytes."""
+    forms = [decimal_at_least(Fraction(minimum, mult)) + " *"
+             + (no_case(unit) if unit else "") + _BYTE_SUFFIX
+             for unit, mult in _BYTE_UNITS]
+    return anchored(" *(?:" + "|".join(forms) + ") *")
+
+
+def power_of_two_sizes(lo: int, hi: int) -> list[int]:
+    """The sizes :func:`power_of_two_size` takes between ``lo`` and ``hi``."""
+    return [1 << n for n in range(lo.bit_length() - 1, hi.bit_length()) if lo <= 1 << n <= hi]
+
+
+def power_of_two_pattern(lo: int, hi: int) -> str:
+    """Size strings of the powers of two from ``lo`` to ``hi``, each a whole number of
+    its unit (16K, 16384, 1M, 1024K)."""
+    forms = []
+    for unit, mult in _BYTE_UNITS:
+        numbers = [str(p // mult) for p in power_of_two_sizes(lo, hi) if p % mult == 0]
+        if numbers:
+            forms.append(f"0*(?:{'|'.join(numbers)})(?:\\.0+)? *"
+                         + (no_case(unit) if unit else "") + _BYTE_SUFFIX)
+    return anchored(" *(?:" + "|".join(forms) + ") *")
+
+
+RECORDSIZE_RANGE = (4096, 1 << 20)
+VOLBLOCKSIZE_RANGE = (4096, 128 << 10)
+MIN_DATASTORE_SIZE = 64 << 20

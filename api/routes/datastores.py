@@ -10,12 +10,20 @@ from urllib.parse import urlencode
 from fastapi import APIRouter, Query, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from pydantic import StringConstraints
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep, server_address
+from api.fields import DatastorePath, HoldTagPath, NfsClientQuery, SnapshotPath
 from api.routes.common import ERRORS, WaitQuery, job_response
+from appliance import validate
 from appliance.errors import InvalidInput
+from appliance.patterns import anchored
 from appliance.services.datastores import DatastoreView, ListQuery
+
+# a label selector of the list: key=value, each as a label's own rules
+LabelSelector = Annotated[str, StringConstraints(
+    pattern=anchored(f"{validate.LABEL_KEY}={validate.LABEL_VALUE}"))]
 
 router = APIRouter(prefix="/datastores", tags=["datastores"], responses=ERRORS)
 
@@ -41,13 +49,17 @@ def list_datastores(
         request: Request, response: Response, engine: EngineDep, _: PrincipalDep,
         limit: Annotated[int | None, Query(ge=1, le=1000, description=(
             "at most this many (a page; sorted by name)"))] = None,
-        after: Annotated[str | None, Query(description=(
-            "only names after this one: the last name of the previous page (its "
-            "ZDS-Next-After header)"))] = None,
-        protocol: Annotated[str | None, Query(description="only this protocol's")] = None,
-        pool: Annotated[str | None, Query(description="only this pool's")] = None,
-        label: Annotated[list[str] | None, Query(description=(
-            "key=value: only datastores carrying this label (repeat: all of them)"))] = None,
+        after: Annotated[str | None, Query(
+            pattern=validate.RESOURCE_NAME_PATTERN, max_length=validate.RESOURCE_NAME_MAX,
+            description="only names after this one: the last name of the previous page (its "
+                        "ZDS-Next-After header)")] = None,
+        protocol: Annotated[schemas.ProtocolName | None, Query(
+            description="only this protocol's")] = None,
+        pool: Annotated[str | None, Query(pattern=validate.POOL_NAME_PATTERN,
+                                          description="only this pool's")] = None,
+        label: Annotated[list[LabelSelector] | None, Query(
+            description="key=value: only datastores carrying this label (repeat: all of "
+                        "them)")] = None,
 ) -> list[schemas.DatastoreOut]:
     """Every datastore by name, or a page of them (``limit``, ``after``) and only those a
     filter selects. Usage, properties and snapshot counts may be up to about two watcher
@@ -71,7 +83,7 @@ def list_datastores(
 
 
 @router.get("/{name}", response_model=schemas.DatastoreOut)
-def get_datastore(name: str, request: Request, engine: EngineDep,
+def get_datastore(name: DatastorePath, request: Request, engine: EngineDep,
                   _: PrincipalDep) -> schemas.DatastoreOut:
     view = engine.datastores.get(name)
     return convert.datastore_out(view, engine.datastores.attach(name, server_address(request),
@@ -84,7 +96,7 @@ def get_datastore(name: str, request: Request, engine: EngineDep,
           "description": "a create queued behind others for longer than the request "
                          "waits (`lock_timeout`, 60 s): it completes in order; follow the "
                          "job (Location), then GET the datastore"}})
-async def put_datastore(name: str, body: schemas.DatastorePut, request: Request,
+async def put_datastore(name: DatastorePath, body: schemas.DatastorePut, request: Request,
                         response: Response, engine: EngineDep,
                         _: PrincipalDep) -> schemas.DatastoreOut | JSONResponse:
     """Creates the dataset/zvol, the export or LUN, and returns attach instructions.
@@ -119,7 +131,7 @@ def _created(outcome: tuple[DatastoreView, bool]) -> dict[str, Any]:
 
 
 @router.delete("/{name}", status_code=202, response_model=schemas.JobOut)
-async def delete_datastore(name: str, engine: EngineDep, _: PrincipalDep,
+async def delete_datastore(name: DatastorePath, engine: EngineDep, _: PrincipalDep,
                            wait: WaitQuery = 0, force: bool = False) -> schemas.JobOut:
     """Refused (409) while NFS clients or iSCSI initiators are connected, unless force."""
     return await job_response(engine, lambda: engine.datastores.delete(name, force=force),
@@ -127,8 +139,8 @@ async def delete_datastore(name: str, engine: EngineDep, _: PrincipalDep,
 
 
 @router.get("/{name}/attach", response_model=schemas.AttachBody)
-def attach(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
-           server: str | None = None,
+def attach(name: DatastorePath, request: Request, engine: EngineDep, _: PrincipalDep,
+           server: NfsClientQuery = None,
            port: Annotated[int | None, Query(ge=1, le=65535)] = None) -> schemas.AttachBody:
     """esxcli commands and a libvirt pool XML; ``server`` overrides the address in them,
     ``port`` the port when clients reach the appliance through port forwarding or NAT (the
@@ -142,7 +154,7 @@ def attach(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
 
 
 @router.get("/{name}/snapshots", response_model=list[schemas.SnapshotOut], tags=["snapshots"])
-def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep,
+def list_snapshots(name: DatastorePath, engine: EngineDep, _: PrincipalDep,
                    policy: str | None = None) -> list[schemas.SnapshotOut]:
     """Oldest first, each with the policy that took it and its age; ``policy`` keeps only
     that policy's snapshots (``policy=`` empty: only those taken by hand)."""
@@ -151,34 +163,36 @@ def list_snapshots(name: str, engine: EngineDep, _: PrincipalDep,
 
 @router.post("/{name}/snapshots", status_code=201, response_model=schemas.SnapshotOut,
              tags=["snapshots"])
-def create_snapshot(name: str, body: schemas.SnapshotCreate, engine: EngineDep,
+def create_snapshot(name: DatastorePath, body: schemas.SnapshotCreate, engine: EngineDep,
                     _: PrincipalDep) -> schemas.SnapshotOut:
     return convert.snapshot_out(engine.snapshots.create(name, body.name))
 
 
 @router.get("/{name}/snapshots/{snapshot}", response_model=schemas.SnapshotOut,
             tags=["snapshots"])
-def get_snapshot(name: str, snapshot: str, engine: EngineDep,
+def get_snapshot(name: DatastorePath, snapshot: SnapshotPath, engine: EngineDep,
                  _: PrincipalDep) -> schemas.SnapshotOut:
     return convert.snapshot_out(engine.snapshots.get(name, snapshot))
 
 
 @router.delete("/{name}/snapshots/{snapshot}", status_code=204, tags=["snapshots"])
-def delete_snapshot(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep) -> Response:
+def delete_snapshot(name: DatastorePath, snapshot: SnapshotPath, engine: EngineDep,
+                    _: PrincipalDep) -> Response:
     engine.snapshots.delete(name, snapshot)
     return Response(status_code=204)
 
 
 @router.get("/{name}/snapshots/{snapshot}/holds", response_model=list[str],
             tags=["snapshots"])
-def list_holds(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep) -> list[str]:
+def list_holds(name: DatastorePath, snapshot: SnapshotPath, engine: EngineDep,
+               _: PrincipalDep) -> list[str]:
     """The ``zfs hold`` tags on the snapshot (replication, backups, or a person)."""
     return engine.snapshots.holds(name, snapshot)
 
 
 @router.put("/{name}/snapshots/{snapshot}/holds/{tag}", response_model=list[str],
             tags=["snapshots"])
-def hold(name: str, snapshot: str, tag: str, engine: EngineDep,
+def hold(name: DatastorePath, snapshot: SnapshotPath, tag: HoldTagPath, engine: EngineDep,
          _: PrincipalDep) -> list[str]:
     """Pins the snapshot: no policy prunes it, and it cannot be deleted, until released
     (409 if that tag holds it already). Answers the tags now on it."""
@@ -187,14 +201,14 @@ def hold(name: str, snapshot: str, tag: str, engine: EngineDep,
 
 @router.delete("/{name}/snapshots/{snapshot}/holds/{tag}", response_model=list[str],
                tags=["snapshots"])
-def release(name: str, snapshot: str, tag: str, engine: EngineDep,
+def release(name: DatastorePath, snapshot: SnapshotPath, tag: HoldTagPath, engine: EngineDep,
             _: PrincipalDep) -> list[str]:
     return engine.snapshots.release(name, snapshot, tag)
 
 
 @router.post("/{name}/snapshots/{snapshot}/rollback", response_model=schemas.SnapshotOut,
              tags=["snapshots"])
-def rollback(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep,
+def rollback(name: DatastorePath, snapshot: SnapshotPath, engine: EngineDep, _: PrincipalDep,
              body: schemas.RollbackBody | None = None) -> schemas.SnapshotOut:
     b = body or schemas.RollbackBody()
     return convert.snapshot_out(engine.snapshots.rollback(
@@ -203,7 +217,7 @@ def rollback(name: str, snapshot: str, engine: EngineDep, _: PrincipalDep,
 
 @router.post("/{name}/snapshots/{snapshot}/clones", status_code=201,
              response_model=schemas.DatastoreOut, tags=["snapshots"])
-def clone(name: str, snapshot: str, body: schemas.CloneBody, request: Request,
+def clone(name: DatastorePath, snapshot: SnapshotPath, body: schemas.CloneBody, request: Request,
           engine: EngineDep, _: PrincipalDep) -> schemas.DatastoreOut:
     """A new datastore from a snapshot (own export id / IQN / serial). Access and profile
     are the source's unless given."""

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Response, status
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
+from api.fields import GroupPath
 from api.routes.common import ERRORS
 
 router = APIRouter(prefix="/initiator-groups", tags=["initiator groups"], responses=ERRORS)
@@ -17,13 +18,13 @@ def list_groups(engine: EngineDep, _: PrincipalDep) -> list[schemas.GroupOut]:
 
 
 @router.get("/{name}", response_model=schemas.GroupOut)
-def get_group(name: str, engine: EngineDep, _: PrincipalDep) -> schemas.GroupOut:
+def get_group(name: GroupPath, engine: EngineDep, _: PrincipalDep) -> schemas.GroupOut:
     return convert.group_out(engine.groups.get(name))
 
 
 @router.put("/{name}", response_model=schemas.GroupOut,
             responses={201: {"model": schemas.GroupOut, "description": "created"}})
-def put_group(name: str, body: schemas.GroupPut, response: Response, engine: EngineDep,
+def put_group(name: GroupPath, body: schemas.GroupPut, response: Response, engine: EngineDep,
               _: PrincipalDep) -> schemas.GroupOut:
     """Changes apply at once to every LUN that uses the group."""
     view, created = engine.groups.put(name, body.initiators)
@@ -32,6 +33,6 @@ def put_group(name: str, body: schemas.GroupPut, response: Response, engine: Eng
 
 
 @router.delete("/{name}", status_code=204)
-def delete_group(name: str, engine: EngineDep, _: PrincipalDep) -> Response:
+def delete_group(name: GroupPath, engine: EngineDep, _: PrincipalDep) -> Response:
     engine.groups.delete(name)
     return Response(status_code=204)

@@ -5,24 +5,26 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Response
 from pydantic import BaseModel, Field
 
 from api.deps import EngineDep, PrincipalDep
+from api.fields import DatastorePath, PoolPath, query
 from api.routes.common import ERRORS
 from appliance.metrics import prometheus
 from appliance.metrics.collector import DatastoreSample, PoolSample
-from appliance.metrics.service import Series
+from appliance.metrics.service import SINCE_PATTERN, STEP_PATTERN, Series
 
 router = APIRouter(tags=["metrics"], responses=ERRORS)
 scrape = APIRouter(tags=["metrics"], responses=ERRORS)
 
-SinceQuery = Annotated[str | None, Query(
-    description="start: a duration back from now (15m, 1h, 2d), a unix time or an ISO 8601 "
-                "time; default 1h", examples=["1h"])]
-StepQuery = Annotated[str | None, Query(
-    description="bucket width (10s, 5m, 1h or seconds); default: the window / 300, at "
-                "least the collection interval; at most 1000 points", examples=["1m"])]
+SinceQuery = Annotated[str | None, query(
+    SINCE_PATTERN, "start: a duration back from now (15m, 1h, 2d; up to 400 days), a unix "
+    "time or an ISO 8601 date-time (2026-11-30T08:00Z), in the past; default 1h",
+    examples=["1h"])]
+StepQuery = Annotated[str | None, query(
+    STEP_PATTERN, "bucket width (10s, 5m, 1h or seconds); default: the window / 300, at "
+    "least the collection interval; at most 1000 points in the window", examples=["1m"])]
 
 
 class PointOut(BaseModel):
@@ -109,7 +111,8 @@ def pool_latest_out(p: PoolSample) -> LatestPoolOut:
 
 
 @router.get("/datastores/{name}/metrics", response_model=SeriesOut, tags=["datastores"])
-def datastore_metrics(name: str, engine: EngineDep, _: PrincipalDep, since: SinceQuery = None,
+def datastore_metrics(name: DatastorePath, engine: EngineDep, _: PrincipalDep,
+                      since: SinceQuery = None,
                       step: StepQuery = None) -> SeriesOut:
     """Read/write IOPS, MB/s and mean latency (ms) per step, from the bounded history
     (every sample for 24 h, 5-minute sums for 30 days). NFS: nfs-ganesha's per-export
@@ -118,7 +121,7 @@ def datastore_metrics(name: str, engine: EngineDep, _: PrincipalDep, since: Sinc
 
 
 @router.get("/datastores/{name}/advice", response_model=list[FindingOut], tags=["datastores"])
-def datastore_advice(name: str, engine: EngineDep, _: PrincipalDep) -> list[FindingOut]:
+def datastore_advice(name: DatastorePath, engine: EngineDep, _: PrincipalDep) -> list[FindingOut]:
     """Findings from the last 24 h of measurements, the configuration and the probe
     results, each with the numbers behind it and what to do; empty when nothing stands
     out (no finding without evidence)."""
@@ -128,7 +131,7 @@ def datastore_advice(name: str, engine: EngineDep, _: PrincipalDep) -> list[Find
 
 
 @router.get("/pools/{name}/metrics", response_model=SeriesOut, tags=["pools"])
-def pool_metrics(name: str, engine: EngineDep, _: PrincipalDep, since: SinceQuery = None,
+def pool_metrics(name: PoolPath, engine: EngineDep, _: PrincipalDep, since: SinceQuery = None,
                  step: StepQuery = None) -> SeriesOut:
     """zpool iostat -l per step (ops/s, bytes/s, total / disk / sync-queue / async-queue
     waits in ms), fill, fragmentation, SLOG/L2ARC present, ARC and L2ARC hit ratios."""

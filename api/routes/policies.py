@@ -8,6 +8,7 @@ from fastapi import APIRouter, Response, status
 from api import schemas
 from api import schemas_policies as sp
 from api.deps import EngineDep, PrincipalDep
+from api.fields import PolicyPath, VcenterPath
 from api.routes.common import ERRORS, WaitQuery, job_response
 from appliance.policies.model import Hooks, VcenterSpec, VmwareStep
 from appliance.policies.service import PolicyRequest, PolicyView, VcenterRequest
@@ -33,16 +34,16 @@ def policy_out(v: PolicyView) -> sp.PolicyOut:
     s = v.spec
     return sp.PolicyOut(
         name=s.name,
-        schedule=sp.ScheduleBody(every=s.schedule.every, cron=s.schedule.cron,
+        schedule=sp.ScheduleOut(every=s.schedule.every, cron=s.schedule.cron,
                                  timezone=s.schedule.timezone),
-        retention=sp.RetentionBody(**s.retention.as_dict()),
-        datastores=sp.SelectorBody(names=list(s.selector.names), all=s.selector.all,
+        retention=sp.RetentionOut(**s.retention.as_dict()),
+        datastores=sp.SelectorOut(names=list(s.selector.names), all=s.selector.all,
                                    labels=dict(s.selector.labels)),
         enabled=s.enabled,
-        vmware=sp.VmwareBody(vcenter=s.vmware.vcenter, quiesce=s.vmware.quiesce,
+        vmware=sp.VmwareOut(vcenter=s.vmware.vcenter, quiesce=s.vmware.quiesce,
                              memory=s.vmware.memory, timeout=s.vmware.timeout,
                              parallel=s.vmware.parallel) if s.vmware else None,
-        hooks=sp.HooksBody(pre=list(s.hooks.pre), post=list(s.hooks.post),
+        hooks=sp.HooksOut(pre=list(s.hooks.pre), post=list(s.hooks.post),
                            timeout=s.hooks.timeout) if s.hooks else None,
         covered=v.covered, missing=v.missing,
         last_run=sp.PolicyRunOut(state=v.state.state, message=v.state.message,
@@ -56,13 +57,13 @@ def list_policies(engine: EngineDep, _: PrincipalDep) -> list[sp.PolicyOut]:
 
 
 @router.get("/{name}", response_model=sp.PolicyOut)
-def get_policy(name: str, engine: EngineDep, _: PrincipalDep) -> sp.PolicyOut:
+def get_policy(name: PolicyPath, engine: EngineDep, _: PrincipalDep) -> sp.PolicyOut:
     return policy_out(engine.policies.get(name))
 
 
 @router.put("/{name}", response_model=sp.PolicyOut,
             responses={201: {"model": sp.PolicyOut, "description": "created"}})
-def put_policy(name: str, body: sp.PolicyPut, response: Response, engine: EngineDep,
+def put_policy(name: PolicyPath, body: sp.PolicyPut, response: Response, engine: EngineDep,
                _: PrincipalDep) -> sp.PolicyOut:
     """Creates or replaces the policy and schedules it (idempotent: the same body again
     changes nothing). A new policy first runs at its first slot after now."""
@@ -72,14 +73,14 @@ def put_policy(name: str, body: sp.PolicyPut, response: Response, engine: Engine
 
 
 @router.delete("/{name}", status_code=204)
-def delete_policy(name: str, engine: EngineDep, _: PrincipalDep) -> Response:
+def delete_policy(name: PolicyPath, engine: EngineDep, _: PrincipalDep) -> Response:
     """Stops the schedule; the policy's snapshots stay (delete them one by one)."""
     engine.policies.delete(name)
     return Response(status_code=204)
 
 
 @router.post("/{name}/run", status_code=202, response_model=schemas.JobOut)
-async def run_policy(name: str, engine: EngineDep, _: PrincipalDep,
+async def run_policy(name: PolicyPath, engine: EngineDep, _: PrincipalDep,
                      wait: WaitQuery = 0) -> schemas.JobOut:
     """Runs the policy now (409 while a run of it is going); the job's result lists the
     snapshots taken and pruned, VMs not quiesced and hook output."""
@@ -100,13 +101,13 @@ def list_vcenters(engine: EngineDep, _: PrincipalDep) -> list[sp.VcenterOut]:
 
 
 @vcenters.get("/{name}", response_model=sp.VcenterOut)
-def get_vcenter(name: str, engine: EngineDep, _: PrincipalDep) -> sp.VcenterOut:
+def get_vcenter(name: VcenterPath, engine: EngineDep, _: PrincipalDep) -> sp.VcenterOut:
     return vcenter_out(engine.policies.get_vcenter(name), engine)
 
 
 @vcenters.put("/{name}", response_model=sp.VcenterOut,
               responses={201: {"model": sp.VcenterOut, "description": "created"}})
-def put_vcenter(name: str, body: sp.VcenterPut, response: Response, engine: EngineDep,
+def put_vcenter(name: VcenterPath, body: sp.VcenterPut, response: Response, engine: EngineDep,
                 _: PrincipalDep) -> sp.VcenterOut:
     """Registers a vCenter (or ESXi host). With ``verify`` (default) it logs in first:
     wrong credentials are 422, an unreachable host 503, and nothing is stored. The
@@ -118,7 +119,7 @@ def put_vcenter(name: str, body: sp.VcenterPut, response: Response, engine: Engi
 
 
 @vcenters.delete("/{name}", status_code=204)
-def delete_vcenter(name: str, engine: EngineDep, _: PrincipalDep) -> Response:
+def delete_vcenter(name: VcenterPath, engine: EngineDep, _: PrincipalDep) -> Response:
     """409 while a policy uses it."""
     engine.policies.delete_vcenter(name)
     return Response(status_code=204)

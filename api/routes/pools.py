@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from collections.abc import Awaitable, Callable
 
 from fastapi import APIRouter
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
+from api.fields import PoolPath
 from api.routes.common import ERRORS, WaitQuery, job_response
+from appliance.services.pools import DISK_ACTIONS, NEW_DISK_ACTIONS
 
 router = APIRouter(prefix="/pools", tags=["pools"], responses=ERRORS)
 
@@ -24,25 +26,49 @@ def importable(engine: EngineDep, _: PrincipalDep) -> list[str]:
 
 
 @router.get("/{name}", response_model=schemas.PoolOut)
-def get_pool(name: str, engine: EngineDep, _: PrincipalDep) -> schemas.PoolOut:
+def get_pool(name: PoolPath, engine: EngineDep, _: PrincipalDep) -> schemas.PoolOut:
     """Health, space, fragmentation, the vdev tree with error counters, last scan."""
     return convert.pool_out(engine.pools.get(name))
 
 
-@router.post("/{name}/disks/{action}", status_code=202, response_model=schemas.JobOut)
-async def disk_operation(name: str, action: Literal["offline", "online", "replace",
-                                                    "attach", "detach"],
-                         body: schemas.DiskOperation, engine: EngineDep, _: PrincipalDep,
-                         wait: WaitQuery = 0) -> schemas.JobOut:
-    """Take a disk offline or online, replace a failed disk (resilver), attach a disk to
-    make a mirror, detach one from a mirror. The job waits for the resilver and reports
-    its progress; GET /pools/{name} shows each disk's state."""
-    return await job_response(engine, lambda: engine.pools.disk(
-        name, action, body.disk, body.new_disk, body.force), wait)
+DISK_ACTION_TEXT = {
+    "offline": "Takes a disk offline.", "online": "Brings an offline disk back.",
+    "detach": "Detaches a disk from a mirror.",
+    "replace": "Replaces a (failed) disk with an unused one; the pool resilvers.",
+    "attach": "Attaches an unused disk to a disk, making or widening a mirror (resilver).",
+}
+
+
+def _member_operation(action: str) -> Callable[..., Awaitable[schemas.JobOut]]:
+    async def disk_operation(name: PoolPath, body: schemas.DiskOperation, engine: EngineDep,
+                             _: PrincipalDep, wait: WaitQuery = 0) -> schemas.JobOut:
+        return await job_response(engine, lambda: engine.pools.disk(
+            name, action, body.disk), wait)
+    return disk_operation
+
+
+def _replacement(action: str) -> Callable[..., Awaitable[schemas.JobOut]]:
+    async def disk_replacement(name: PoolPath, body: schemas.DiskReplacement,
+                               engine: EngineDep, _: PrincipalDep,
+                               wait: WaitQuery = 0) -> schemas.JobOut:
+        return await job_response(engine, lambda: engine.pools.disk(
+            name, action, body.disk, body.new_disk, body.force), wait)
+    return disk_replacement
+
+
+# one operation per action, so each has the body it takes (replace and attach: new_disk)
+for _action in DISK_ACTIONS:
+    router.add_api_route(
+        f"/{{name}}/disks/{_action}",
+        _replacement(_action) if _action in NEW_DISK_ACTIONS else _member_operation(_action),
+        methods=["POST"], status_code=202, response_model=schemas.JobOut,
+        name=f"disk_{_action}", summary=f"Disk {_action}",
+        description=f"{DISK_ACTION_TEXT[_action]} A job: it waits for the resilver and "
+                    "reports its progress; GET /pools/{name} shows each disk's state.")
 
 
 @router.patch("/{name}", response_model=schemas.PoolOut)
-def patch_pool(name: str, body: schemas.PoolPatch, engine: EngineDep,
+def patch_pool(name: PoolPath, body: schemas.PoolPatch, engine: EngineDep,
                _: PrincipalDep) -> schemas.PoolOut:
     """Pool settings ZDS keeps with the pool (``zds:*`` properties): the overcommit
     limit of its thin datastores. 409 below what its datastores already promise."""
@@ -57,20 +83,20 @@ async def create_pool(body: schemas.PoolCreate, engine: EngineDep, _: PrincipalD
 
 
 @router.post("/{name}/scrub", status_code=202, response_model=schemas.JobOut)
-async def scrub(name: str, engine: EngineDep, _: PrincipalDep,
+async def scrub(name: PoolPath, engine: EngineDep, _: PrincipalDep,
                 wait: WaitQuery = 0) -> schemas.JobOut:
     return await job_response(engine, lambda: engine.pools.scrub(name), wait)
 
 
 @router.post("/{name}/export", status_code=202, response_model=schemas.JobOut)
-async def export(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+async def export(name: PoolPath, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
                  force: bool = False) -> schemas.JobOut:
     """Stops serving the pool's datastores (needs force when it has any) and exports it."""
     return await job_response(engine, lambda: engine.pools.export(name, force=force), wait)
 
 
 @router.post("/{name}/import", status_code=202, response_model=schemas.JobOut)
-async def import_pool(name: str, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
+async def import_pool(name: PoolPath, engine: EngineDep, _: PrincipalDep, wait: WaitQuery = 0,
                       force: bool = False) -> schemas.JobOut:
     """Imports the pool, adopts the datastores its zds:* properties describe, serves them.
 

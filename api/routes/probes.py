@@ -12,8 +12,11 @@ from starlette.concurrency import run_in_threadpool
 
 from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
+from api.fields import query
 from api.routes.common import ERRORS, WaitQuery, finished
+from api.schemas_probes import ProbeResultIn, ProbeRun, given
 from appliance.errors import NotFound
+from appliance.patterns import anchored
 from appliance.probes import plots
 from appliance.probes.model import ProbeResult
 from appliance.probes.service import MAX_PLOT_IDS, ProbeRequest, submit
@@ -22,15 +25,6 @@ from appliance.probes.store import ResultFilter
 MAX_OFFSET = 1 << 31  # SQLite takes 64-bit integers; nobody pages that far
 
 router = APIRouter(prefix="/probes", tags=["probes"], responses=ERRORS)
-
-
-class ProbeRun(BaseModel):
-    profile: str = Field(description="a profile name from GET /probes/profiles")
-    datastore: str
-    target: schemas.ProbeTargetName = "local"
-    overrides: dict[str, Any] = Field(
-        default_factory=dict,
-        description="runtime, ramp, size, workers, iodepth, bs ... or preset=full")
 
 
 class ProbeJobOut(schemas.JobOut):
@@ -102,16 +96,16 @@ async def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
                     wait: WaitQuery = 0) -> ProbeJobOut:
     """Checks the request (profile, overrides, datastore, free space, one probe per
     datastore) and runs the probe as a job; the result is kept even if it fails."""
-    request = ProbeRequest(body.profile, body.datastore, body.target, body.overrides)
+    request = ProbeRequest(body.profile, body.datastore, body.target, given(body.overrides))
     probe_id, job = await run_in_threadpool(submit, engine.jobs, engine.probes, request)
     job = await finished(engine, job, wait)
     return ProbeJobOut(**convert.job_out(job).model_dump(), result_id=probe_id)
 
 
 @router.post("/results", status_code=201, response_model=ProbeResultOut)
-def post_result(body: dict[str, Any], engine: EngineDep, _: PrincipalDep) -> ProbeResultOut:
+def post_result(body: ProbeResultIn, engine: EngineDep, _: PrincipalDep) -> ProbeResultOut:
     """A result measured on a client (``zds probe run --server ...``)."""
-    return _out(engine.probes.record_client(body))
+    return _out(engine.probes.record_client(body.as_sent()))
 
 
 @router.get("/results", response_model=list[ProbeResultOut])
@@ -153,9 +147,9 @@ def plot_result(
     result_id: str, engine: EngineDep, _: PrincipalDep,
     kind: Literal["timeseries", "percentiles", "sweep", "size-sweep"] | None = None,
     format: Literal["svg", "png"] = "svg",
-    with_: Annotated[str | None, Query(
-        alias="with", description=f"more result ids, comma separated: at most "
-                                  f"{MAX_PLOT_IDS - 1} (422 beyond)")] = None,
+    with_: Annotated[str | None, query(
+        anchored(f",*(?:[^,]+(?:,+[^,]+){{0,{MAX_PLOT_IDS - 2}}})?,*"),
+        f"more result ids, comma separated: at most {MAX_PLOT_IDS - 1}", alias="with")] = None,
 ) -> Response:
     """IOPS and latency over time, latency percentiles, sweep curves or size-sweep bars;
     ``with`` overlays other results (e.g. local vs nfs), up to 20 in all."""
@@ -167,8 +161,8 @@ def plot_result(
 
 @router.get("/report", response_class=HTMLResponse)
 def html_report(
-    ids: Annotated[str, Query(description=f"result ids, comma separated: 1 to {MAX_PLOT_IDS} "
-                                          "(422 otherwise)")],
+    ids: Annotated[str, query(anchored(f",*[^,]+(?:,+[^,]+){{0,{MAX_PLOT_IDS - 1}}},*"),
+                              f"result ids, comma separated: 1 to {MAX_PLOT_IDS}")],
     engine: EngineDep, _: PrincipalDep, title: str = "ZDS probe report",
 ) -> HTMLResponse:
     """One self-contained HTML page (tables + inline SVG) for up to 20 results."""

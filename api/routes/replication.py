@@ -8,6 +8,7 @@ from fastapi import APIRouter, Request, Response, status
 from api import convert, schemas
 from api import schemas_replication as r
 from api.deps import EngineDep, PrincipalDep, server_address
+from api.fields import KeyPath, ReplicationPath
 from api.routes.common import ERRORS, WaitQuery, job_response
 
 router = APIRouter(prefix="/replications", tags=["replication"], responses=ERRORS)
@@ -22,13 +23,13 @@ def list_replications(engine: EngineDep, _: PrincipalDep) -> list[r.ReplicationO
 
 
 @router.get("/{name}", response_model=r.ReplicationOut)
-def get_replication(name: str, engine: EngineDep, _: PrincipalDep) -> r.ReplicationOut:
+def get_replication(name: ReplicationPath, engine: EngineDep, _: PrincipalDep) -> r.ReplicationOut:
     return r.replication_out(engine.replication.get(name))
 
 
 @router.put("/{name}", response_model=r.ReplicationOut,
             responses={201: {"model": r.ReplicationOut, "description": "created"}})
-def put_replication(name: str, body: r.ReplicationPut, response: Response,
+def put_replication(name: ReplicationPath, body: r.ReplicationPut, response: Response,
                     engine: EngineDep, _: PrincipalDep) -> r.ReplicationOut:
     """Records what goes where (nothing is sent yet: the first scheduled slot or POST
     .../run does). Idempotent; datastore and target dataset cannot change."""
@@ -38,28 +39,28 @@ def put_replication(name: str, body: r.ReplicationPut, response: Response,
 
 
 @router.delete("/{name}", status_code=204)
-def delete_replication(name: str, engine: EngineDep, _: PrincipalDep) -> Response:
+def delete_replication(name: ReplicationPath, engine: EngineDep, _: PrincipalDep) -> Response:
     """Releases its hold and bookmarks on the source; the replica on the target stays."""
     engine.replication.delete(name)
     return Response(status_code=204)
 
 
 @router.post("/{name}/run", status_code=202, response_model=schemas.JobOut)
-async def run_replication(name: str, engine: EngineDep, _: PrincipalDep,
+async def run_replication(name: ReplicationPath, engine: EngineDep, _: PrincipalDep,
                           wait: WaitQuery = 0) -> schemas.JobOut:
     """A run now, as a job (409 while one runs). Its result says what was sent."""
     return await job_response(engine, lambda: engine.replication.run_now(name), wait)
 
 
 @router.post("/{name}/check", response_model=r.CheckOut)
-def check_replication(name: str, engine: EngineDep, _: PrincipalDep) -> r.CheckOut:
+def check_replication(name: ReplicationPath, engine: EngineDep, _: PrincipalDep) -> r.CheckOut:
     """Contacts the target now: reachable, key accepted, host key (pinned on first
     contact), what it holds and what the next run would send."""
     return r.check_out(engine.replication.check(name))
 
 
 @router.post("/{name}/promote", status_code=201, response_model=r.PromoteOut)
-def promote(name: str, request: Request, engine: EngineDep, _: PrincipalDep,
+def promote(name: ReplicationPath, request: Request, engine: EngineDep, _: PrincipalDep,
             body: r.PromoteBody | None = None) -> r.PromoteOut:
     """On the target: the replica becomes a datastore served here (its NFS export or
     LUN), without the source. The notes say what ESXi/libvirt must do."""
@@ -83,7 +84,7 @@ def list_keys(engine: EngineDep, _: PrincipalDep) -> list[r.AuthorizedKeyOut]:
 
 @keys.put("/authorized-keys/{name}", response_model=r.AuthorizedKeyOut,
           responses={201: {"model": r.AuthorizedKeyOut, "description": "created"}})
-def put_key(name: str, body: r.AuthorizedKeyPut, response: Response, engine: EngineDep,
+def put_key(name: KeyPath, body: r.AuthorizedKeyPut, response: Response, engine: EngineDep,
             _: PrincipalDep) -> r.AuthorizedKeyOut:
     """Lets a source appliance's key receive into ``dataset_prefix`` (and below) here,
     through the receive gate only (no shell, no other dataset)."""
@@ -94,7 +95,7 @@ def put_key(name: str, body: r.AuthorizedKeyPut, response: Response, engine: Eng
 
 
 @keys.delete("/authorized-keys/{name}", status_code=204)
-def delete_key(name: str, engine: EngineDep, _: PrincipalDep) -> Response:
+def delete_key(name: KeyPath, engine: EngineDep, _: PrincipalDep) -> Response:
     """The source can no longer connect; the replicas it sent stay."""
     engine.replication.revoke(name)
     return Response(status_code=204)

@@ -17,12 +17,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from appliance.errors import InvalidInput, Unavailable, ZdsError
+from appliance.errors import InvalidInput, NotFound, Unavailable, ZdsError
 from appliance.host.run import Runner
 
 KEEP_OUTPUT = 4096
-_ARG = re.compile(r"[^\x00-\x1f\x7f]{0,1024}")
-_PROGRAM = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}")
+MAX_ARGS = 64
+MAX_ARG_LENGTH = 1024
+ARG = r"[^\x00-\x1f\x7f]*"  # no control characters
+_ARG = re.compile(ARG)
+PROGRAM = r"[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}"  # a program's file name in the hooks directory
+_PROGRAM = re.compile(PROGRAM)
 
 
 @dataclass(frozen=True)
@@ -61,10 +65,10 @@ def _tail(text: str) -> str:
 
 
 def check_args(argv: Sequence[str]) -> None:
-    if not argv or len(argv) > 64:
+    if not argv or len(argv) > MAX_ARGS:
         raise InvalidInput("a hook is a list of 1-64 strings: the program and its arguments")
     for a in argv:
-        if not isinstance(a, str) or not _ARG.fullmatch(a):
+        if not isinstance(a, str) or not _ARG.fullmatch(a) or len(a) > MAX_ARG_LENGTH:
             raise InvalidInput(f"hook argument {a!r}: up to 1024 characters, no control "
                                "characters")
 
@@ -86,10 +90,10 @@ class Hooks:
                                "path")
         real = path.resolve()
         if real.parent != base:
-            raise InvalidInput(f"hook program {prog!r} is not in the hooks directory {base} "
-                               "(only programs installed there may run)")
+            raise NotFound(f"hook program {prog!r} is not in the hooks directory {base} "
+                           "(only programs installed there may run)")
         if not real.is_file() or not os.access(real, os.X_OK):
-            raise InvalidInput(f"hook program {real} does not exist or is not executable")
+            raise NotFound(f"hook program {real} does not exist or is not executable")
         return (str(real), *argv[1:])
 
     def run(self, argv: Sequence[str], timeout: float,
@@ -97,7 +101,7 @@ class Hooks:
         t0 = time.monotonic()
         try:
             full = self.check(argv)
-        except InvalidInput as exc:
+        except (InvalidInput, NotFound) as exc:
             return HookResult(tuple(argv), None, "", "", 0.0, exc.message)
         environment = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8", **env}
         try:
@@ -124,24 +128,26 @@ class FakeHooks:
     def check(self, argv: Sequence[str]) -> tuple[str, ...]:
         check_args(argv)
         prog = argv[0]
-        name = prog[len(str(self.hooks_dir)) + 1:] if prog.startswith(
-            str(self.hooks_dir) + "/") else prog
-        if prog.startswith("/") and name == prog:
-            raise InvalidInput(f"hook program {prog!r} is not in the hooks directory "
+        name = prog
+        if prog.startswith("/"):  # as Hooks resolves it: .. taken out
+            path = Path(os.path.normpath(prog))
+            if path.parent != self.hooks_dir:
+                raise NotFound(f"hook program {prog!r} is not in the hooks directory "
                                f"{self.hooks_dir} (only programs installed there may run)")
+            name = path.name
         if not _PROGRAM.fullmatch(name):
             raise InvalidInput(f"hook program {prog!r}: a file name in {self.hooks_dir} or "
                                "its full path")
         if name not in self.programs:
-            raise InvalidInput(f"hook program {self.hooks_dir / name} does not exist or is "
-                               "not executable")
+            raise NotFound(f"hook program {self.hooks_dir / name} does not exist or is "
+                           "not executable")
         return (str(self.hooks_dir / name), *argv[1:])
 
     def run(self, argv: Sequence[str], timeout: float,
             env: Mapping[str, str]) -> HookResult:
         try:
             full = self.check(argv)
-        except InvalidInput as exc:
+        except (InvalidInput, NotFound) as exc:
             return HookResult(tuple(argv), None, "", "", 0.0, exc.message)
         self.calls.append((full, dict(env)))
         rc, out, err, seconds = self.programs[Path(full[0]).name]

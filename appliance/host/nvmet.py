@@ -62,6 +62,7 @@ import errno
 import ipaddress
 import os
 import re
+import string
 import time
 import uuid as uuidlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -78,6 +79,15 @@ from appliance.errors import (
     ZdsError,
 )
 from appliance.host.run import Runner
+from appliance.patterns import (
+    anchored,
+    avoiding,
+    char_class,
+    literal,
+    months_except,
+    other_digits,
+    word_sets,
+)
 
 CONFIGFS_NVMET = "/sys/kernel/config/nvmet"
 MODULES = ("nvmet", "nvmet-tcp")
@@ -90,9 +100,45 @@ ANA_OPTIMIZED = "optimized"
 
 # nqn.yyyy-mm.<reversed domain>:<anything printable but '/', which configfs names cannot
 # hold>; ASCII only (the spec allows UTF-8; every shell and attach instruction is safer
-# without it)
-_NQN = re.compile(r"nqn\.[0-9]{4}-(0[1-9]|1[0-2])\.[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+"
-                  r":[\x21-\x2e\x30-\x7e]+")
+# without it). A name that starts like nvme-cli's uuid form carries a UUID after it.
+# Written without look-around, so the OpenAPI document publishes this very pattern
+# (appliance/patterns.py).
+_LABEL_CHARS = set(string.ascii_letters + string.digits + "-")
+_STRING_CHARS = {chr(c) for c in range(0x21, 0x7f)} - {"/"}
+_NQN_LABEL = char_class(_LABEL_CHARS) + "+"
+_NQN_STRING = char_class(_STRING_CHARS) + "+"
+_UUID_TEXT = "-".join(f"[0-9A-Fa-f]{{{n}}}" for n in (8, 4, 4, 4, 12))
+
+
+def _nqn_pattern() -> str:
+    """``nqn.<date>.<domain>:<string>``; one that starts as UUID_NQN_PREFIX
+    (nqn.2014-08.org.nvmexpress:uuid:) goes on with a UUID. Without look-around: another
+    date, or that date and another domain, or both and a string not starting ``uuid:``,
+    or the prefix and a UUID."""
+    date, rest = UUID_NQN_PREFIX.removeprefix("nqn.").split(".", 1)
+    domain, word = rest.rstrip(":").split(":")
+    first, second = domain.split(".")
+    year, month = date.split("-")
+    label = f"(?:\\.{_NQN_LABEL})"
+    other_date = f"(?:{other_digits(year)}-(?:0[1-9]|1[0-2])|{year}-{months_except(month)})"
+
+    def not_label(text: str) -> str:
+        return avoiding(_LABEL_CHARS, _LABEL_CHARS, words=[word_sets(text, any_case=False)])
+
+    other_domain = (f"(?:{not_label(first)}{label}+|{literal(first)}\\.{not_label(second)}"
+                    f"{label}*|{literal(domain)}{label}+)")
+    other_string = avoiding(_STRING_CHARS, _STRING_CHARS,
+                            prefixes=[word_sets(word + ":", any_case=False)])
+    return anchored("|".join([
+        f"nqn\\.{other_date}\\.{_NQN_LABEL}{label}+:{_NQN_STRING}",
+        f"nqn\\.{literal(date)}\\.{other_domain}:{_NQN_STRING}",
+        f"nqn\\.{literal(date)}\\.{literal(domain)}:(?:{other_string}"
+        f"|{literal(word)}:{_UUID_TEXT})",
+    ]))
+
+
+NQN_PATTERN = _nqn_pattern()
+_NQN = re.compile(NQN_PATTERN)
 _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
@@ -101,10 +147,7 @@ def check_nqn(nqn: str, what: str = "NQN") -> str:
     ``InvalidInput`` saying the rule: ``nqn.yyyy-mm.<reversed domain>:<string>`` (or
     ``nqn.2014-08.org.nvmexpress:uuid:<UUID>``), printable ASCII without spaces or '/',
     at most 223 bytes, and not the discovery subsystem's NQN."""
-    ok = len(nqn.encode()) <= NQN_MAX and bool(_NQN.fullmatch(nqn))
-    if ok and nqn.startswith(UUID_NQN_PREFIX):
-        ok = bool(_UUID.fullmatch(nqn[len(UUID_NQN_PREFIX):].lower()))
-    if not ok:
+    if len(nqn.encode()) > NQN_MAX or not _NQN.fullmatch(nqn):
         raise InvalidInput(
             f"{what} {nqn!r} is not a valid NVMe Qualified Name: expected "
             "nqn.yyyy-mm.reversed.domain:name (e.g. nqn.2014-08.com.vmware:nvme:esx01) or "

@@ -32,6 +32,8 @@ from typing import Protocol
 
 from appliance.errors import Conflict, InvalidInput, Unavailable, ZdsError
 from appliance.host.run import CommandError, CommandResult, Runner
+from appliance.patterns import anchored, base64_starting_with, literal
+from appliance.validate import IP_ADDRESS
 
 
 class TargetUnreachable(Unavailable):
@@ -62,8 +64,12 @@ class GateRefused(Conflict):
 # is what ZDS makes; ecdsa and rsa keys of other OpenZFS hosts' tools work too).
 KEY_TYPES = ("ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384",
              "ecdsa-sha2-nistp521", "ssh-rsa", "sk-ssh-ed25519@openssh.com")
-_DATASET = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]*(?:/[A-Za-z0-9][A-Za-z0-9_.:-]*)*")
+DATASET_COMPONENT = r"[A-Za-z0-9][A-Za-z0-9_.:-]*"
+DATASET_POOL = r"[A-Za-z][A-Za-z0-9_.:-]*"
+DATASET_MAX = 200
+_DATASET = re.compile(rf"{DATASET_POOL}(?:/{DATASET_COMPONENT})*")
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.-]{0,252}")
+HOST_MAX = 253
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # refused before any strip(): "host\n" is no host
 GATE_MODULE = "appliance.host.sshgate"
 
@@ -100,6 +106,15 @@ def host_name(value: str) -> str:
     if _HOST.fullmatch(text) and ".." not in text and not text.startswith("-"):
         return text.lower()
     raise InvalidInput(f"invalid host {value!r}: an IP address or a DNS name")
+
+
+# The rules above as OpenAPI patterns (appliance/patterns.py), narrower only where the
+# checks trim blanks or take Unicode whitespace between a key's words.
+PUBLIC_KEY_PATTERN = anchored(" *(?:" + "|".join(
+    # the base64 blob starts with the length-prefixed type name, as public_key() checks
+    literal(t) + " +" + base64_starting_with(len(t).to_bytes(4, "big") + t.encode())
+    for t in KEY_TYPES) + r")(?: [^\x00-\x1f\x7f]*)?")
+HOST_PATTERN = anchored(rf"{IP_ADDRESS}|[A-Za-z0-9][A-Za-z0-9-]*(?:\.[A-Za-z0-9-]+)*\.?")
 
 
 @dataclass(frozen=True)
@@ -452,7 +467,7 @@ def parse_authorized_keys(text: str) -> list[AuthorizedKey]:
 
 def require_dataset_name(name: str, what: str = "dataset") -> str:
     """A ZFS filesystem/volume name (pool/a/b) safe for a command line, or InvalidInput."""
-    if not isinstance(name, str) or not _DATASET.fullmatch(name) or len(name) > 200:
+    if not isinstance(name, str) or not _DATASET.fullmatch(name) or len(name) > DATASET_MAX:
         raise InvalidInput(f"invalid {what} {name!r}: a ZFS dataset name such as "
                            "tank/replicas/zds1 (letters, digits, '_', '.', ':', '-')")
     return name

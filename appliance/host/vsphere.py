@@ -9,7 +9,8 @@ VMFS datastore by the NAA id of the LUN under it (``VmfsDatastoreInfo.vmfs.exten
 Error contract (held by ``appliance.host.contract.vsphere_checks``, which runs against
 govmomi's vcsim in the integration tests and against :class:`FakeVsphere` in unit
 tests): an address nobody answers at is ``Unavailable``; a user name or password the
-server refuses is ``InvalidInput``; a VM snapshot the server refuses or that fails is a
+server refuses, or a certificate that does not verify, is :class:`LoginRefused` (409);
+a VM snapshot the server refuses or that fails is a
 :class:`TaskOutcome` with state ``error`` (never an exception); a task that has not
 finished when its wait is over is ``running`` (cancel it, and look again later).
 """
@@ -25,9 +26,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from appliance.errors import InvalidInput, NotFound, Unavailable
+from appliance.errors import Conflict, NotFound, Unavailable
 
 TaskState = Literal["success", "error", "running"]
+
+
+class LoginRefused(Conflict):
+    """The vCenter refused the credentials, or its certificate does not verify: a well
+    formed request that the vCenter's state refuses (409, not 422)."""
+
+    code = "vcenter_refused"
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class VsphereSession(Protocol):
 class VsphereConnector(Protocol):
     def connect(self, host: str, port: int, user: str, password: str, insecure: bool,
                 timeout: float = 20.0) -> VsphereSession:
-        """Logs in; ``Unavailable`` when nothing answers, ``InvalidInput`` when the
+        """Logs in; ``Unavailable`` when nothing answers, :class:`LoginRefused` when the
         credentials are refused (or the certificate does not verify)."""
 
 
@@ -216,10 +224,10 @@ class PyVmomiConnector:
                               sslContext=None if insecure else ssl.create_default_context(),
                               httpConnectionTimeout=timeout)
         except vim.fault.InvalidLogin:
-            raise InvalidInput(f"vSphere at {host}:{port} refused the user name or "
+            raise LoginRefused(f"vSphere at {host}:{port} refused the user name or "
                                f"password of {user!r}") from None
         except ssl.SSLError as exc:
-            raise InvalidInput(f"the certificate of {host}:{port} does not verify ({exc}); "
+            raise LoginRefused(f"the certificate of {host}:{port} does not verify ({exc}); "
                                "install a trusted one or set insecure=true") from None
         except (TimeoutError, OSError) as exc:
             raise Unavailable(f"vSphere at {host}:{port} is unreachable: {exc}") from None
@@ -289,11 +297,11 @@ class FakeVsphere:
             raise Unavailable(f"vSphere at {host}:{port} is unreachable: [Errno 111] "
                               "Connection refused")
         if self.self_signed and not insecure:
-            raise InvalidInput(f"the certificate of {host}:{port} does not verify "
+            raise LoginRefused(f"the certificate of {host}:{port} does not verify "
                                "(self-signed certificate); install a trusted one or set "
                                "insecure=true")
         if self.users.get(user) != password:
-            raise InvalidInput(f"vSphere at {host}:{port} refused the user name or "
+            raise LoginRefused(f"vSphere at {host}:{port} refused the user name or "
                                f"password of {user!r}")
         return _FakeSession(self)
 

@@ -26,6 +26,7 @@ from appliance.metrics import advice as adv
 from appliance.metrics.collector import Collection, Collector, DatastoreSample
 from appliance.metrics.history import MAX_POINTS, History, SeriesPoint
 from appliance.model import DatastoreRecord
+from appliance.patterns import anchored, decimal_up_to, int_at_least
 from appliance.probes.service import ProbeService
 from appliance.probes.store import ResultFilter
 from appliance.scheduler import Task, every
@@ -38,9 +39,31 @@ KEEP_JOBS = 60  # the last 10 minutes of runs at the default interval
 RETAIN_EVERY = 30  # runs between two retention passes (5 min at 10 s)
 ADVICE_WINDOW_H = 24.0
 
-_DURATION = re.compile(r"(\d+(?:\.\d+)?) *([smhd])")
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?) *([smhd])")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")  # float() and strip() would drop "\n"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_SPAN = 400 * 86400  # seconds: the longest duration a window or step may be
+UNIX_TIME_AFTER = 1e9  # a bare number above it is a unix time (2001-09-09 on)
+
+# The rules above as OpenAPI patterns (appliance/patterns.py): a duration of at most 400
+# days with a unit (or, for a step, bare seconds); for since also a unix time or an ISO
+# 8601 date-time of 1970-9999 (days that exist, leap years counted). Narrower than the
+# parsers in the forms people rarely type (exponents, long fractions, odd separators).
+_FRACTION_DIGITS = 9
+_DURATION_TEXT = "|".join(f"{decimal_up_to(MAX_SPAN // n, _FRACTION_DIGITS)} *{u}"
+                          for u, n in _UNITS.items())
+_SECONDS_TEXT = decimal_up_to(MAX_SPAN, _FRACTION_DIGITS)
+_UNIX_TIME = rf"{int_at_least(int(UNIX_TIME_AFTER) + 1)}(?:\.[0-9]{{1,{_FRACTION_DIGITS}}})?"
+_YEAR = r"(?:19[7-9][0-9]|[2-9][0-9]{3})"
+_LEAP_YEAR = (r"(?:19[79][26]|198[048]|[2-9][0-9](?:0[48]|[2468][048]|[13579][26])"
+              r"|(?:[2468][048]|[3579][26])00)")
+_DATE = (rf"{_YEAR}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
+         rf"|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)|{_LEAP_YEAR}-02-29")
+_TIME = r"(?:[01][0-9]|2[0-3])(?::[0-5][0-9](?::[0-5][0-9](?:\.[0-9]{1,6})?)?)?"
+_OFFSET = r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])"
+ISO_TIME = rf"(?:{_DATE})(?:[T ]{_TIME}{_OFFSET}?)?"
+SINCE_PATTERN = anchored(f" *(?:{_DURATION_TEXT}|{_UNIX_TIME}|{ISO_TIME}) *")
+STEP_PATTERN = anchored(f" *(?:{_DURATION_TEXT}|{_SECONDS_TEXT}) *")
 
 
 @dataclass(frozen=True)
@@ -65,7 +88,7 @@ def parse_duration(text: str, what: str) -> float:
                                "seconds)") from None
     else:
         value = float(m.group(1)) * _UNITS[m.group(2)]
-    if not 0 < value <= 400 * 86400:
+    if not 0 < value <= MAX_SPAN:
         raise InvalidInput(f"{what}: {text!r} must be more than 0 and at most 400 days")
     return value
 
@@ -88,7 +111,7 @@ def parse_since(text: str | None, now: float, default: float = 3600.0) -> float:
         except ValueError:
             raise InvalidInput(f"since: {text!r} is not a duration (1h), a unix time or an "
                                "ISO 8601 time") from None
-    if value > 1e9:
+    if value > UNIX_TIME_AFTER:
         return value
     raise InvalidInput(f"since: {text!r}: give a unix time, or a duration such as 1h")
 
@@ -145,15 +168,13 @@ class MetricsService:
 
     def _window(self, since: str | None, step: str | None) -> tuple[float, float, float]:
         now = self.clock()
-        start = parse_since(since, now)
-        if start >= now:
-            raise InvalidInput("since: must be in the past")
+        # a start in the future is an empty window, and a step too fine for the window
+        # is widened to MAX_POINTS points (the answer says the step used): both depend on
+        # the clock, so they are not the request's fault
+        start = min(parse_since(since, now), now)
         span = now - start
         st = parse_duration(step, "step") if step else max(self.interval or 10.0, span / 300)
-        if span / st > MAX_POINTS:
-            raise InvalidInput(f"step: {st:g} s gives {span / st:.0f} points over that "
-                               f"window; at most {MAX_POINTS} (use a larger step)")
-        return start, now, st
+        return start, now, max(st, span / MAX_POINTS)
 
     def datastore_series(self, name: str, since: str | None = None,
                          step: str | None = None) -> Series:

@@ -25,12 +25,47 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from appliance.errors import InvalidInput
+from appliance.errors import InvalidInput, NotFound
+from appliance.patterns import anchored, int_range, no_case
 
 MIN_INTERVAL = 10  # seconds; the scheduler ticks every second, runs take a few seconds
 MAX_INTERVAL = 366 * 86400
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_INTERVAL = re.compile(r" *(\d+) *([smhdw]?) *")
+_INTERVAL = re.compile(r" *([0-9]+) *([smhdw]?) *")
+TIMEZONE = r"[A-Za-z0-9_+-][A-Za-z0-9_+/-]{0,63}"  # an IANA name's characters, no '/' first
+# The cron grammar cronsim reads (Debian cron's), as a pattern the OpenAPI document
+# publishes and parse() checks first: per field its values (numbers in range, month and
+# day names in any case), ranges low-high, steps, lists; day-of-month L and LW,
+# day-of-week 5L and MON#2. cronsim then refuses only a day that never comes (30 Feb).
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+# (lowest, highest, names from lowest on) of minute, hour, day-of-month, month, day-of-week
+_CRON_FIELDS = ((0, 59, ()), (0, 23, ()), (1, 31, ()), (1, 12, _MONTHS), (0, 7, _DAYS))
+
+
+def _cron_field(lo: int, hi: int, names: tuple[str, ...], extra: tuple[str, ...]) -> str:
+    """One field: a list of items, each ``*``, a value or an ascending range, with an
+    optional ``/step``, or one of ``extra``."""
+    def from_(low: int) -> str:  # a value of low or more
+        spelt = [no_case(n) for i, n in enumerate(names, lo) if i >= low]
+        return "(?:" + "|".join([int_range(low, hi), *spelt]) + ")"
+
+    ranges = "|".join(f"(?:0*{v}|{no_case(names[v - lo])})-{from_(v)}"
+                      if v - lo < len(names) else f"0*{v}-{from_(v)}"
+                      for v in range(lo, hi + 1))
+    item = f"(?:(?:\\*|{ranges}|{from_(lo)})(?:/0*[1-9][0-9]*)?{''.join('|' + e for e in extra)})"
+    return f"{item}(?:,{item})*"
+
+
+def cron_pattern() -> str:
+    """The 5-field cron expressions :meth:`Schedule.parse` takes (blanks around and
+    between the fields as ``str.split()`` reads them: spaces)."""
+    extras: list[tuple[str, ...]] = [(), (), (no_case("lw"), no_case("l")), (),
+                                     (f"0*[0-7]{no_case('l')}", f"{int_range(0, 7)}#0*[1-5]",
+                                      *(f"{no_case(d)}#0*[1-5]" for d in _DAYS))]
+    fields = [_cron_field(lo, hi, names, extra)
+              for (lo, hi, names), extra in zip(_CRON_FIELDS, extras, strict=True)]
+    return anchored(" *" + " +".join(fields) + " *")
 
 
 def parse_interval(value: int | str) -> int:
@@ -52,14 +87,31 @@ def parse_interval(value: int | str) -> int:
 
 def zone(name: str) -> ZoneInfo:
     """An IANA time zone (``Europe/Berlin``, ``UTC``), or InvalidInput."""
-    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_+\-/]{1,64}", name) \
-            or ".." in name or name.startswith("/"):
+    if not isinstance(name, str) or not re.fullmatch(TIMEZONE, name):
         raise InvalidInput(f"invalid time zone {name!r}: an IANA name such as Europe/Berlin")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise InvalidInput(f"unknown time zone {name!r}: an IANA name such as "
-                           "Europe/Berlin or UTC") from None
+        # well formed, but not in this appliance's tzdata: what it knows is its state
+        raise NotFound(f"unknown time zone {name!r}: an IANA name such as "
+                       "Europe/Berlin or UTC") from None
+
+
+def interval_pattern() -> str:
+    """The interval strings :func:`parse_interval` takes (within its limits), for the
+    OpenAPI document: a whole number of seconds, minutes, hours, days or weeks."""
+    forms = []
+    for unit, seconds in _UNITS.items():
+        lo, hi = -(-MIN_INTERVAL // seconds), MAX_INTERVAL // seconds
+        suffix = f"{no_case(unit)}?" if unit == "s" else no_case(unit)
+        forms.append(f"{int_range(lo, hi)} *{suffix}")
+    return anchored(" *(?:" + "|".join(forms) + ") *")
+
+
+INTERVAL_PATTERN = interval_pattern()
+TIMEZONE_PATTERN = anchored(TIMEZONE)
+CRON_PATTERN = cron_pattern()
+_CRON = re.compile(CRON_PATTERN)
 
 
 @dataclass(frozen=True)
@@ -87,9 +139,10 @@ class Schedule:
             raise InvalidInput(f"invalid cron expression {cron!r}: five fields separated "
                                "by spaces, on one line")
         expr = " ".join(str(cron).split())
-        if len(expr.split(" ")) != 5:
+        if not _CRON.fullmatch(expr):
             raise InvalidInput(f"invalid cron expression {cron!r}: five fields (minute hour "
-                               "day-of-month month day-of-week), e.g. '0 2 * * *'")
+                               "day-of-month month day-of-week) of values in range, "
+                               "ranges, steps and lists, e.g. '0 2 * * *'")
         try:
             next(CronSim(expr, datetime.now(ZoneInfo(tz))))
         except (CronSimError, StopIteration) as exc:

@@ -57,6 +57,12 @@ log = logging.getLogger(__name__)
 JOB_LOCK_WAIT = 3600.0
 SNAPSHOT_PROPS = ("creation", "createtxg", "userrefs", "clones", SNAPSHOT_PROPERTY)
 _VCENTER_HOST = validate.nfs_client  # an IP address or a host name (no '*', no CIDR)
+VMWARE_TIMEOUT = (1, 3600)  # seconds for all VM snapshots of a run
+VMWARE_PARALLEL = (1, 32)  # VM snapshots at once
+HOOK_TIMEOUT = (1, 3600)  # seconds per hook command
+VCENTER_USER_MAX = 255
+VCENTER_PASSWORD_MAX = 1024
+PORT_RANGE = (1, 65535)
 
 
 @dataclass(frozen=True)
@@ -151,9 +157,9 @@ class PolicyService:
             if self.records.get_vcenter(vm.vcenter) is None:
                 raise NotFound(f"vCenter {vm.vcenter!r} is not registered: PUT "
                                f"/api/v1/vcenters/{vm.vcenter} first")
-            if not 1 <= vm.timeout <= 3600:
+            if not VMWARE_TIMEOUT[0] <= vm.timeout <= VMWARE_TIMEOUT[1]:
                 raise InvalidInput("vmware.timeout: 1 to 3600 seconds")
-            if not 1 <= vm.parallel <= 32:
+            if not VMWARE_PARALLEL[0] <= vm.parallel <= VMWARE_PARALLEL[1]:
                 raise InvalidInput("vmware.parallel: 1 to 32 VM snapshots at once")
             if self.vsphere is None:
                 raise InvalidInput("this appliance has no vSphere client (pyVmomi)")
@@ -167,7 +173,7 @@ class PolicyService:
                 for argv in (hooks.pre, hooks.post):
                     if argv:
                         self.hooks.check(argv)
-                if not 1 <= hooks.timeout <= 3600:
+                if not HOOK_TIMEOUT[0] <= hooks.timeout <= HOOK_TIMEOUT[1]:
                     raise InvalidInput("hooks.timeout: 1 to 3600 seconds")
         return PolicySpec(name=name, schedule=schedule, retention=retention,
                           selector=Selector(names, req.all_datastores, labels),
@@ -276,11 +282,12 @@ class PolicyService:
         host = _VCENTER_HOST(req.host)
         if "/" in host or host == "*":
             raise InvalidInput(f"invalid vCenter host {req.host!r}: an address or host name")
-        if not 1 <= req.port <= 65535:
+        if not PORT_RANGE[0] <= req.port <= PORT_RANGE[1]:
             raise InvalidInput("port: 1 to 65535")
-        if not req.user or len(req.user) > 255 or any(ord(c) < 32 for c in req.user):
+        if (not req.user or len(req.user) > VCENTER_USER_MAX
+                or any(ord(c) < 32 for c in req.user)):
             raise InvalidInput("user: 1-255 printable characters")
-        if not req.password or len(req.password) > 1024:
+        if not req.password or len(req.password) > VCENTER_PASSWORD_MAX:
             raise InvalidInput("password: 1-1024 characters")
         if req.verify:
             if self.vsphere is None:

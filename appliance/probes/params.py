@@ -20,7 +20,14 @@ ParamKind = Literal[
 ]
 
 _SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-_SIZE_RE = re.compile(r" *(\d+) *([kmgt]?)(?:i?b)? *", re.IGNORECASE)
+_SIZE_RE = re.compile(r" *([0-9]+) *([kmgt]?)(?:i?b)? *", re.IGNORECASE)
+# the bounds of each whole-number kind, and of a list's items and length
+INT_RANGES: dict[str, tuple[int, int]] = {"int": (1, 1_000_000), "seconds": (0, 86_400),
+                                          "percent": (0, 100)}
+LIST_ITEM_RANGE = (1, 100_000)
+MAX_LIST = 64
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
 
 
 def parse_size(value: object, what: str) -> int:
@@ -83,8 +90,8 @@ def _parse_list(value: object, what: str) -> list[object]:
         raise InvalidInput(f"{what}: expected a list such as 1,2,4, got {value!r}")
     if not items:
         raise InvalidInput(f"{what}: the list is empty")
-    if len(items) > 64:
-        raise InvalidInput(f"{what}: at most 64 entries")
+    if len(items) > MAX_LIST:
+        raise InvalidInput(f"{what}: at most {MAX_LIST} entries")
     return items
 
 
@@ -93,27 +100,22 @@ def parse_bool(value: object, what: str) -> bool:
         return value
     if isinstance(value, int) and value in (0, 1):
         return bool(value)
-    if isinstance(value, str) and value.lower() in ("1", "true", "yes", "on", "0", "false",
-                                                     "no", "off"):
-        return value.lower() in ("1", "true", "yes", "on")
+    if isinstance(value, str) and value.lower() in (*TRUE_WORDS, *FALSE_WORDS):
+        return value.lower() in TRUE_WORDS
     raise InvalidInput(f"{what}: expected true or false, got {value!r}")
 
 
 def coerce(kind: ParamKind, value: object, what: str,
            choices: tuple[str, ...] = ()) -> ParamValue:
     """One override value, validated and normalised to its canonical type."""
-    if kind == "int":
-        return _parse_int(value, what, 1, 1_000_000)
-    if kind == "seconds":
-        return _parse_int(value, what, 0, 86_400)
-    if kind == "percent":
-        return _parse_int(value, what, 0, 100)
+    if kind in INT_RANGES:
+        return _parse_int(value, what, *INT_RANGES[kind])
     if kind == "size":
         return parse_size(value, what)
     if kind == "bool":
         return parse_bool(value, what)
     if kind == "int_list":
-        return [_parse_int(v, what, 1, 100_000) for v in _parse_list(value, what)]
+        return [_parse_int(v, what, *LIST_ITEM_RANGE) for v in _parse_list(value, what)]
     if kind == "size_list":
         return [parse_size(v, what) for v in _parse_list(value, what)]
     if kind == "choice":

@@ -128,10 +128,10 @@ class ProbeService:
         if profile.kind == "fio":
             own = self.targets.get(ref.protocol)
             if req.target != "local" and own is not None and req.target != own:
-                raise InvalidInput(f"datastore {ref.name} is {ref.protocol}: use target "
+                raise Conflict(f"datastore {ref.name} is {ref.protocol}: use target "
                                    f"local or {own}")
             if ref.is_volume and profile.needs_directory and self.devfs is None:
-                raise InvalidInput(f"profile {profile.name} needs a file system; datastore "
+                raise Conflict(f"profile {profile.name} needs a file system; datastore "
                                    f"{ref.name} is a zvol (run it on an NFS datastore or "
                                    "from a client on a mounted path)")
             if req.target != "local" and req.target not in self.attachers:

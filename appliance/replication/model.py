@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
-from appliance.host.ssh import Endpoint
+from appliance.host.ssh import DATASET_COMPONENT, DATASET_POOL, Endpoint
 from appliance.host.zfs_send import Transport
+from appliance.model import DATASTORE_PARENT, OWN_PREFIX
+from appliance.patterns import anchored, avoiding, int_at_least, word_sets
 
 RunState = Literal["never", "running", "ok", "failed", "cancelled"]
 
@@ -21,8 +24,33 @@ SNAPSHOT_PREFIX = "zds-repl-"
 # User properties the receive sets on a replica (on a ZDS target they find it again).
 REPLICA_PROPERTIES = ("zds:replication", "zds:replica_of", "zds:source_path")
 
-_INTERVAL = re.compile(r" *(\d+) *([smhd]?) *")
+_INTERVAL = re.compile(r" *([0-9]+) *([smhd]?) *")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+MIN_INTERVAL = 60  # seconds between scheduled runs, at least
+MIN_BANDWIDTH = 64 << 10  # bytes/s: a limit below it would never finish a snapshot
+
+# The rules of a replication request as OpenAPI patterns (appliance/patterns.py).
+INTERVAL_PATTERN = anchored(" *(?:" + "|".join(
+    f"{int_at_least(-(-MIN_INTERVAL // seconds))} *{unit}" + ("?" if unit == "s" else "")
+    for unit, seconds in _UNITS.items() if unit) + ") *")
+_COMPONENT_CHARS = set(string.ascii_letters + string.digits + "_.:-")
+
+
+def _second_component(refused: list[str], prefixes: list[str]) -> str:
+    """A dataset component that is none of ``refused`` and starts with none of
+    ``prefixes`` (case matters: ZFS names are case-sensitive)."""
+    return avoiding(set(string.ascii_letters + string.digits), _COMPONENT_CHARS,
+                    words=[word_sets(w, any_case=False) for w in refused],
+                    prefixes=[word_sets(p, any_case=False) for p in prefixes])
+
+
+# where a replica may be received: below a pool, not in the datastores a ZDS target serves
+TARGET_DATASET_PATTERN = anchored(
+    f"{DATASET_POOL}/{_second_component([DATASTORE_PARENT], [])}(?:/{DATASET_COMPONENT})*")
+# what a source's key may receive into: below a pool, outside every dataset ZDS keeps
+KEY_PREFIX_PATTERN = anchored(
+    f"{DATASET_POOL}/{_second_component([DATASTORE_PARENT], [OWN_PREFIX])}"
+    f"(?:/{DATASET_COMPONENT})*")
 
 
 def hold_tag(name: str) -> str:

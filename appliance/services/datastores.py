@@ -219,12 +219,10 @@ class DatastoreService:
             self.ctx.transports.of(q.protocol)
         if q.pool is not None:
             validate.pool_name(q.pool)
-        keys = [k for k, _v in q.labels]
-        for key in keys:
-            if keys.count(key) > 1:
-                raise InvalidInput(f"label {key!r} is selected twice: a datastore carries "
-                                   "one value of each label")
-        return replace(q, labels=validate.labels(dict(q.labels)))
+        # each selector checked as a label; all must hold, so one key with two values
+        # selects nothing (as it should), and a repeated selector changes nothing
+        checked = [pair for k, v in q.labels for pair in validate.labels({k: v})]
+        return replace(q, labels=tuple(dict.fromkeys(checked)))
 
     def get(self, name: str) -> DatastoreView:
         return self.view_of(self.record(name))
@@ -343,15 +341,18 @@ class DatastoreService:
 
     # --- validation -----------------------------------------------------------------
 
-    def validate_request(self, name: str, req: DatastoreRequest) -> DatastoreSpec:
-        """Turns a request into a spec or raises InvalidInput/NotFound; changes nothing."""
+    def validate_request(self, name: str, req: DatastoreRequest, *,
+                         foreign: type[ZdsError] = InvalidInput) -> DatastoreSpec:
+        """Turns a request into a spec or raises InvalidInput/NotFound; changes nothing.
+        ``foreign``: what another protocol's access fields raise (a clone or promote takes
+        its source's protocol, so there it is the source's state: Conflict)."""
         validate.resource_name(name, "datastore name")
         transport = self.ctx.transports.of(req.protocol)
         if req.profile not in PROFILES:
             raise InvalidInput(f"invalid profile {req.profile!r}: one of {', '.join(PROFILES)}")
         pool = self.pools.resolve(req.pool)
         size = validate.parse_size(req.size)
-        self._refuse_foreign_fields(transport, req)
+        self._refuse_foreign_fields(transport, req, foreign)
         labels = validate.labels(req.labels or {})
         clients: list[NfsClient] = []
         seen: set[str] = set()
@@ -395,14 +396,16 @@ class DatastoreService:
             sync=validate.sync(req.sync) if req.sync is not None else None,
             compression=(validate.compression(req.compression)
                          if req.compression is not None else None),
-            recordsize=(validate.power_of_two_size(req.recordsize, 4096, 1 << 20, "recordsize")
+            recordsize=(validate.power_of_two_size(req.recordsize, *validate.RECORDSIZE_RANGE,
+                                                   "recordsize")
                         if req.recordsize is not None else None),
-            volblocksize=(validate.power_of_two_size(req.volblocksize, 4096, 128 << 10,
+            volblocksize=(validate.power_of_two_size(req.volblocksize,
+                                                     *validate.VOLBLOCKSIZE_RANGE,
                                                      "volblocksize")
                           if req.volblocksize is not None else None),
         )
         size = transport.storage.round_size(size, overrides.volblocksize)
-        if size < 64 << 20:
+        if size < validate.MIN_DATASTORE_SIZE:
             raise InvalidInput("size must be at least 64M")
         spec = DatastoreSpec(
             name=name, pool=pool, protocol=req.protocol,
@@ -418,14 +421,15 @@ class DatastoreService:
         transport.check(spec)
         return spec
 
-    def _refuse_foreign_fields(self, transport: AnyTransport, req: DatastoreRequest) -> None:
+    def _refuse_foreign_fields(self, transport: AnyTransport, req: DatastoreRequest,
+                               foreign: type[ZdsError] = InvalidInput) -> None:
         """Fields of another protocol's access (clients, initiators...) or of the other
         storage kind's block size are refused, not ignored."""
         for other in self.ctx.transports:
             given = [f for f in other.access_fields
                      if f not in transport.access_fields and getattr(req, f)]
             if given:
-                raise InvalidInput(f"{other.access_said} are for "
+                raise foreign(f"{other.access_said} are for "
                                    f"{'/'.join(other.protocols)} datastores"
                                    + (f"; {transport.access_hint}" if transport.access_hint
                                       else ""))

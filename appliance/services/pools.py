@@ -23,6 +23,9 @@ from appliance.reconciler import Reconciler
 log = logging.getLogger(__name__)
 
 MIN_DEVICES = {"disk": 1, "mirror": 2, "raidz1": 2, "raidz2": 3, "raidz3": 4}
+SPARSE_FILES = (1, 16)  # how many sparse files a demo pool may have
+SPARSE_DEFAULT_COUNT = 2
+MIN_VDEV_SIZE = 64 << 20  # ZFS's minimum vdev size
 POOL_PROPERTIES = {"ashift": "12", "autotrim": "on"}
 # How long a background job waits for the change lock.
 JOB_LOCK_WAIT = 3600.0
@@ -60,6 +63,7 @@ class PoolView:
 
 OVERCOMMIT_PROPERTY = "zds:overcommit"
 DISK_ACTIONS = ("offline", "online", "replace", "attach", "detach")
+NEW_DISK_ACTIONS = ("replace", "attach")  # the actions that take a new disk
 MAX_OVERCOMMIT = 1000.0
 
 
@@ -145,7 +149,7 @@ class PoolService:
             return pools[0]
         if not pools:
             raise NotFound("there is no pool yet: create one with POST /api/v1/pools")
-        raise InvalidInput(f"several pools exist ({', '.join(pools)}): name one in 'pool'")
+        raise Conflict(f"several pools exist ({', '.join(pools)}): name one in 'pool'")
 
     def imported(self) -> set[str]:
         if not self.ctx.zfs.available():
@@ -207,11 +211,16 @@ class PoolService:
         devices = result.all_devices()
         dupes = {d for d in devices if devices.count(d) > 1}
         if dupes:
-            raise InvalidInput(f"disks listed more than once: {', '.join(sorted(dupes))}")
+            # a disk belongs to one place in a pool; JSON Schema cannot say it across
+            # vdevs, so it is a conflict within the request, not malformed input (409)
+            raise Conflict(f"disks listed more than once: {', '.join(sorted(dupes))}")
         return result
 
     def create(self, req: PoolRequest) -> Job:
         validate.pool_name(req.name)
+        if req.sparse_files is not None and (req.vdevs or req.log or req.cache or req.spares):
+            raise InvalidInput("sparse_files make the whole pool: give them or vdevs (with "
+                               "log, cache, spares), not both")
         self._zfs_up()
         if req.sparse_files is not None:
             req = self._sparse_request(req)
@@ -241,11 +250,11 @@ class PoolService:
 
     def _sparse_request(self, req: PoolRequest) -> PoolRequest:
         spec = req.sparse_files or {}
-        count = spec.get("count", 2)
-        if not isinstance(count, int) or not 1 <= count <= 16:
+        count = spec.get("count", SPARSE_DEFAULT_COUNT)
+        if not isinstance(count, int) or not SPARSE_FILES[0] <= count <= SPARSE_FILES[1]:
             raise InvalidInput("sparse_files.count: 1 to 16")
         size = validate.parse_size(spec.get("size", "8G"), "sparse_files.size")
-        if size < 64 << 20:
+        if size < MIN_VDEV_SIZE:
             raise InvalidInput("sparse_files.size: at least 64M (ZFS's minimum vdev size)")
         kind = spec.get("type", "mirror" if count >= 2 else "disk")
         base = self.ctx.settings.state_dir / "pools" / req.name
@@ -288,7 +297,7 @@ class PoolService:
             raise InvalidInput(f"invalid disk action {action!r}: one of "
                                f"{', '.join(DISK_ACTIONS)}")
         member = self._member(view, disk)
-        if action in ("replace", "attach"):
+        if action in NEW_DISK_ACTIONS:
             if not new_disk:
                 raise InvalidInput(f"{action} needs new_disk: the path of an unused disk")
             new_disk = validate.device_path(new_disk)

@@ -70,6 +70,8 @@ from appliance.model import (
 from appliance.reconciler import Reconciler
 from appliance.replication import plan as planner
 from appliance.replication.model import (
+    MIN_BANDWIDTH,
+    MIN_INTERVAL,
     REPLICA_PROPERTIES,
     ReplicationRecord,
     ReplicationSpec,
@@ -93,7 +95,6 @@ log = logging.getLogger(__name__)
 
 JOB_LOCK_WAIT = 3600.0
 MAX_STEPS = 6  # resume + full + incremental, with room for a stale resume and a retry
-MIN_INTERVAL = 60
 TASK_PREFIX = "replication:"
 # a scheduled replication is late (health: degraded) when its lag passes this many
 # intervals plus a grace for the transfer itself
@@ -288,7 +289,7 @@ class ReplicationService:
         limit = None
         if req.bandwidth_limit is not None:
             limit = validate.parse_size(req.bandwidth_limit, "bandwidth_limit")
-            if limit < 64 << 10:
+            if limit < MIN_BANDWIDTH:
                 raise InvalidInput("bandwidth_limit must be at least 64K (bytes per second)")
         if req.transport not in TRANSPORTS:
             raise InvalidInput(f"invalid transport {req.transport!r}: one of "
@@ -869,7 +870,7 @@ class ReplicationService:
         if adopted.error and req.chap is None and keep:
             raise Conflict(f"the source served {src.name} with CHAP; its secrets are not in "
                            "the replica: give them in the promote body (iscsi.chap)")
-        spec = self.datastores.validate_request(new_name, base)
+        spec = self.datastores.validate_request(new_name, base, foreign=Conflict)
         notes: builtins.list[str] = _access_notes(src, req, bool(adopted.error), new_name)
         with self.ctx.lock.hold(f"promote {name}"):
             if self.ctx.store.get_datastore(new_name) is not None:

@@ -35,8 +35,11 @@ class SnapshotView:
     age: float = 0.0  # seconds since it was taken
 
 
+HOLD_TAG = r"[a-z0-9][a-z0-9._:-]{0,62}"
+
+
 def _check_tag(tag: str) -> None:
-    if not isinstance(tag, str) or not re.fullmatch(r"[a-z0-9][a-z0-9._:-]{0,62}", tag):
+    if not isinstance(tag, str) or not re.fullmatch(HOLD_TAG, tag):
         raise InvalidInput(f"invalid hold tag {tag!r}: 1-63 lowercase letters, digits, '.', "
                            "'_', ':' or '-'")
 
@@ -175,7 +178,7 @@ class SnapshotService:
             raise Conflict("a clone lives in the pool of its snapshot")
         spec = self.datastores.validate_request(
             new_name, replace(base, pool=src.spec.pool, size=max(
-                validate.parse_size(base.size), src.spec.size)))
+                validate.parse_size(base.size), src.spec.size)), foreign=Conflict)
         if spec.protocol != src.spec.protocol:
             raise Conflict(f"a clone keeps the protocol of its source ({src.spec.protocol})")
         with self.ctx.lock.hold(f"clone {new_name}"):

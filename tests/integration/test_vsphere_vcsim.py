@@ -202,11 +202,11 @@ def test_bad_credentials_and_an_unreachable_vcenter_are_refused_and_stored_nowhe
         vcsim: Vcsim, api: tuple[TestClient, Engine]) -> None:
     client, _ = api
     r = client.put("/api/v1/vcenters/vc1", json=vc_body(vcsim, password="wrong-one"))
-    assert r.status_code == 422 and "refused the user name or password" in r.text, r.text
+    assert r.status_code == 409 and "refused the user name or password" in r.text, r.text
     r = client.put("/api/v1/vcenters/vc1", json=vc_body(vcsim, port=free_port()))
     assert r.status_code == 503 and "unreachable" in r.text, r.text
     r = client.put("/api/v1/vcenters/vc1", json=vc_body(vcsim, insecure=False))
-    assert r.status_code == 422 and "does not verify" in r.text, r.text
+    assert r.status_code == 409 and "does not verify" in r.text, r.text
     assert client.get("/api/v1/vcenters").json() == []
 
 

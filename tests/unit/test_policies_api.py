@@ -106,11 +106,14 @@ def test_bad_policies_are_refused_and_change_nothing(client: TestClient, rig: Ri
         ({"datastores": {"names": ["nope"]}}, 404, "datastore 'nope' not found"),
         ({"datastores": {}}, 422, "covers no datastore"),
         ({"schedule": {"every": "5s"}}, 422, "from 10 s"),
-        ({"schedule": {"cron": "61 * * * *"}}, 422, "invalid cron"),
-        ({"schedule": {"cron": "0 2 * * *", "timezone": "Mars/Base"}}, 422, "time zone"),
+        ({"schedule": {"cron": "61 * * * *"}}, 422, "in cron's grammar"),  # the pattern
+        ({"schedule": {"cron": "0 0 31 2 *"}}, 422, "invalid cron"),  # a day never coming
+        # well formed, so not 422: which zones and hook programs exist is the appliance's
+        ({"schedule": {"cron": "0 2 * * *", "timezone": "Mars/Base"}}, 404, "time zone"),
         ({"schedule": {"every": "1h", "cron": "0 2 * * *"}}, 422, "exactly one"),
         ({"vmware": {"vcenter": "vc1"}}, 404, "not registered"),
-        ({"hooks": {"pre": ["/bin/sh", "-c", "id"]}}, 422, "hooks directory"),
+        ({"hooks": {"pre": ["/bin/sh", "-c", "id"]}}, 404, "hooks directory"),
+        ({"hooks": {"pre": ["../zds-ok"]}}, 422, "a file name in"),
         ({"retention": {"daily": -1}}, 422, "retention"),
     ]
     for change, code, text in cases:

@@ -133,7 +133,9 @@ def test_credentials_are_checked_and_never_returned(client: TestClient, rig: Rig
     vc = vcenter(rig)
     body = {"host": "vc.example.org", "user": "zds@vsphere.local", "password": "nope"}
     r = client.put(f"{API}/vcenters/vc1", json=body)
-    assert r.status_code == 422 and "refused" in r.json()["error"]["message"]
+    # a well formed request the vCenter refuses: 409, not 422
+    assert r.status_code == 409 and "refused" in r.json()["error"]["message"]
+    assert r.json()["error"]["code"] == "vcenter_refused"
     vc.reachable = False
     r = client.put(f"{API}/vcenters/vc1", json={**body, "password": "pw-123456"})
     assert r.status_code == 503 and "unreachable" in r.json()["error"]["message"]

@@ -120,7 +120,7 @@ def test_refusals_use_the_error_envelope(apis: tuple[Box, TestClient, Box, TestC
     src, a, dst, b = apis
     ok(a.put("/api/v1/datastores/nfs01", json={"protocol": "nfs3", "size": "10G"}), 201)
     target = {"host": TARGET_HOST, "dataset": f"{PREFIX}/nfs01"}
-    assert "invalid interval" in err(a.put("/api/v1/replications/r1", json={
+    assert "a whole number with s, m, h or d" in err(a.put("/api/v1/replications/r1", json={
         "datastore": "nfs01", "target": target, "interval": "often"}), 422, "invalid_input")
     err(a.put("/api/v1/replications/r1", json={"datastore": "nfs01", "target": target,
                                                "color": "red"}), 422, "invalid_input")

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from appliance.errors import InvalidInput
+from appliance.errors import InvalidInput, NotFound
 from appliance.host.contract import expect
 from appliance.host.hooks import HookHost
 
@@ -14,10 +14,11 @@ def check_hooks(hooks: HookHost, hooks_dir: str) -> None:
     full = hooks.check(["zds-ok", "--db", "main"])
     assert full == (f"{hooks_dir}/zds-ok", "--db", "main"), full
     assert hooks.check([f"{hooks_dir}/zds-ok"])[0] == f"{hooks_dir}/zds-ok"
-    expect(InvalidInput, hooks.check, ["zds-missing"])
-    expect(InvalidInput, hooks.check, ["/bin/sh", "-c", "id"])  # outside the directory
+    # what the directory holds is state (404); a name that cannot be a file there is 422
+    expect(NotFound, hooks.check, ["zds-missing"])
+    expect(NotFound, hooks.check, ["/bin/sh", "-c", "id"])  # outside the directory
     expect(InvalidInput, hooks.check, ["../zds-ok"])
-    expect(InvalidInput, hooks.check, [f"{hooks_dir}/../zds-ok"])
+    expect(NotFound, hooks.check, [f"{hooks_dir}/../zds-ok"])
     expect(InvalidInput, hooks.check, [])
     expect(InvalidInput, hooks.check, ["zds-ok", "a\nb"])
 

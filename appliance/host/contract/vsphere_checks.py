@@ -9,15 +9,15 @@ nothing may listen on ``closed_port``.
 
 from __future__ import annotations
 
-from appliance.errors import InvalidInput, NotFound, Unavailable
+from appliance.errors import NotFound, Unavailable
 from appliance.host.contract import expect
-from appliance.host.vsphere import VsphereConnector
+from appliance.host.vsphere import LoginRefused, VsphereConnector
 
 
 def check_vsphere(vc: VsphereConnector, host: str, port: int, user: str, password: str,
                   nfs_path: str, vm_on: str, vm_off: str, closed_port: int) -> None:
-    expect(InvalidInput, vc.connect, host, port, user, password + "-wrong", True)
-    expect(InvalidInput, vc.connect, host, port, user, password, False)  # self-signed
+    expect(LoginRefused, vc.connect, host, port, user, password + "-wrong", True)
+    expect(LoginRefused, vc.connect, host, port, user, password, False)  # self-signed
     expect(Unavailable, vc.connect, host, closed_port, user, password, True, 5.0)
     s = vc.connect(host, port, user, password, True)
     try:
