@@ -17,7 +17,17 @@ from api import console
 from api.deps import authorize
 from api.errors import engine_error_response, error_response
 from api.guard import Guard
-from api.routes import datastores, groups, jobs, metrics, policies, pools, replication, system
+from api.routes import (
+    cluster,
+    datastores,
+    groups,
+    jobs,
+    metrics,
+    policies,
+    pools,
+    replication,
+    system,
+)
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -88,7 +98,8 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     v1 = APIRouter(prefix="/api/v1")
     v1.include_router(system.router)
     protected = [datastores.router, pools.router, groups.router, jobs.router, metrics.router,
-                 replication.router, replication.keys, policies.router, policies.vcenters]
+                 replication.router, replication.keys, policies.router, policies.vcenters,
+                 cluster.router]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)

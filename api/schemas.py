@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas_cluster import ClusterRoleOut
 from appliance.transports.registry import probe_targets, protocols
 
 # The values come from the transport registry, so a new protocol needs no change here;
@@ -387,6 +388,8 @@ class HealthOut(BaseModel):
     pools: list[PoolProblemOut] = Field(description="pools that are not ONLINE")
     alerts: list[FillAlertOut] = Field(description="pools 80/90/95% full")
     message: str = Field(description="what is wrong, in words ('' when ok)")
+    cluster: ClusterRoleOut | None = Field(None, description="in an HA pair: this node's "
+                                                             "role and its peer")
 
 
 class ComponentStatusOut(BaseModel):
