@@ -72,7 +72,7 @@ class Engine:
         self.watcher = Watcher(
             self.reconciler, self.datastores.finish_interrupted,
             ctx.settings.health_interval, ctx.settings.reconcile_interval,
-            also=[self.cluster.refresh])  # pacemaker's view, for health and the 503
+            also=[self.cluster.watch])  # pacemaker's view, for health and the 503
         self.start_report: rc.ReconcileReport | None = None
 
     @classmethod

@@ -7,8 +7,8 @@ A node is *in a cluster* when ``/etc/corosync/corosync.conf`` exists: the ``ha``
 writes it only for a configured pair and removes Debian's sample otherwise
 (docs/ha.md), so a single appliance never runs a cluster command.
 
-``crm_mon --one-shot --inactive --fence-history=3 --output-as=xml`` (pacemaker 2.1.5,
-api-version 2.25), shortened from the test bed (docs/ha.md)::
+``crm_mon --one-shot --inactive --output-as=xml`` (pacemaker 2.1.5, api-version 2.25),
+shortened from the test bed (docs/ha.md)::
 
     <pacemaker-result api-version="2.25" request="crm_mon --one-shot --inactive ...">
       <summary>
@@ -52,11 +52,21 @@ api-version 2.25), shortened from the test bed (docs/ha.md)::
                  last-rc-change="2026-11-26 09:10:02Z" queued="0" exec="0" interval="10000"
                  task="monitor"/>
       </failures>
-      <fence_history status="0">
+      <status code="0" message="OK"/>
+    </pacemaker-result>
+
+Fencing's history, every target, every event (``stonith_admin --history '*' --verbose
+--output-as=xml``; without ``--verbose`` one event per target)::
+
+    <pacemaker-result api-version="2.25" request="stonith_admin --history * --verbose ...">
+      <list name="fencing history" count="2">
         <fence_event action="reboot" target="ha-b" client="pacemaker-controld.1243"
                      origin="ha-a" status="success" delegate="ha-a"
-                     completed="2026-11-26 09:11:03Z" completed-nsec="340112823"/>
-      </fence_history>
+                     completed="2026-11-26 09:11:03Z"/>
+        <fence_event action="on" target="ha-b" client="pacemaker-fenced.1135"
+                     origin="ha-a" status="success" delegate="ha-b"
+                     completed="2026-11-26 08:42:52Z"/>
+      </list>
       <status code="0" message="OK"/>
     </pacemaker-result>
 
@@ -184,7 +194,7 @@ class ClusterHost(Protocol):
 
     def state(self) -> ClusterState:
         """Nodes, resources, fencing history and the pools' groups; ``running`` False
-        (with ``error``) when pacemaker does not answer. Two commands."""
+        (with ``error``) when pacemaker does not answer. Three commands."""
 
     def move(self, resource: str, node: str) -> None:
         """Asks pacemaker to run ``resource`` (a group) on ``node``: a location
@@ -210,9 +220,23 @@ def parse_completed(text: str) -> float | None:
         return None
 
 
+def parse_fence_history(xml: str) -> tuple[FenceEvent, ...]:
+    """``stonith_admin --history '*' --verbose --output-as=xml`` (the module's sample);
+    also the ``fence_event`` elements of any other pacemaker document."""
+    try:
+        root = ET.fromstring(xml)
+    except ET.ParseError as exc:
+        raise HostCommandFailed(f"stonith_admin printed no XML: {exc}") from exc
+    return tuple(FenceEvent(
+        action=e.get("action", ""), target=e.get("target", ""), status=e.get("status", ""),
+        delegate=e.get("delegate", ""), origin=e.get("origin", ""),
+        completed=parse_completed(e.get("completed", "")))
+        for e in root.iter("fence_event"))
+
+
 def parse_crm_mon(xml: str) -> ClusterState:
-    """``crm_mon --one-shot --inactive --fence-history=3 --output-as=xml`` (the module's
-    sample). A document without ``<nodes>`` (pacemaker not answering) is not running."""
+    """``crm_mon --one-shot --inactive --output-as=xml`` (the module's sample). A
+    document without ``<nodes>`` (pacemaker not answering) is not running."""
     try:
         root = ET.fromstring(xml)
     except ET.ParseError as exc:
@@ -248,11 +272,6 @@ def parse_crm_mon(xml: str) -> ClusterState:
                 for r in el.findall("resource"):
                     add(r, el.get("id", ""))
             # clones and bundles hold no pool of ZDS's: not read
-    fencing = tuple(FenceEvent(
-        action=e.get("action", ""), target=e.get("target", ""), status=e.get("status", ""),
-        delegate=e.get("delegate", ""), origin=e.get("origin", ""),
-        completed=parse_completed(e.get("completed", "")))
-        for e in root.iter("fence_event"))
     failures = tuple(
         f"{f.get('op_key')} on {f.get('node')}: {f.get('exitstatus')}"
         + (f" ({f.get('exitreason')})" if f.get("exitreason") else "")
@@ -262,7 +281,7 @@ def parse_crm_mon(xml: str) -> ClusterState:
         dc=dc.get("name", "") if dc is not None and dc.get("present") == "true" else "",
         quorum=dc is not None and dc.get("with_quorum") == "true",
         stonith_enabled=options is not None and options.get("stonith-enabled") == "true",
-        nodes=nodes, resources=tuple(resources), fencing=fencing, failures=failures)
+        nodes=nodes, resources=tuple(resources), failures=failures)
 
 
 def parse_pool_groups(xml: str) -> tuple[PoolGroup, ...]:
@@ -318,8 +337,8 @@ class Pacemaker:
     def state(self) -> ClusterState:
         if not self.configured():
             return ClusterState(running=False, error="this node is not in a cluster")
-        mon = self.runner.run(["crm_mon", "--one-shot", "--inactive", "--fence-history=3",
-                               "--output-as=xml"], check=False, timeout=60)
+        mon = self.runner.run(["crm_mon", "--one-shot", "--inactive", "--output-as=xml"],
+                              check=False, timeout=60)
         # crm_mon prints its XML (with a <status> saying why) also when it fails
         try:
             state = parse_crm_mon(mon.stdout)
@@ -331,7 +350,13 @@ class Pacemaker:
         cib = self.runner.run(["cibadmin", "--query", "--scope", "resources"], check=False,
                               timeout=60)
         pools = parse_pool_groups(cib.stdout) if cib.ok else ()
-        return replace(state, pools=pools, local=self._local_name())
+        history = self.runner.run(["stonith_admin", "--history", "*", "--verbose",
+                                   "--output-as=xml"], check=False, timeout=60)
+        try:
+            fencing = parse_fence_history(history.stdout) if history.stdout else ()
+        except HostCommandFailed:
+            fencing = ()  # the history is a nicety; the state stands without it
+        return replace(state, pools=pools, fencing=fencing, local=self._local_name())
 
     def _resource(self, argv: list[str]) -> None:
         try:
