@@ -42,6 +42,9 @@ Every endpoint but `GET /api/v1/system/health` needs `Authorization: Bearer <tok
 (`zds token create --role admin|readonly`); readonly tokens may only GET. Health without
 a token tells status and codes only; with any valid token, every detail.
 Errors are `{"error": {"code", "message", "detail"}}` with 401/403/404/409/413/422/429/503.
+In an HA pair, a change sent to the node that does not hold its pool is 503 `not_active`,
+naming the node that does (send it to the service address); `GET /api/v1/cluster` shows
+the pair.
 The token is checked before the body is read; bodies are capped (413 `too_large`), and so
 are requests in flight, in all (503 `busy`) and per token (429 `too_many_requests`), both
 with `Retry-After`.
