@@ -52,6 +52,7 @@ WATCH_EVERY = 30.0
 # Waits of the jobs: for the change lock, for pacemaker to finish a move.
 JOB_LOCK_WAIT = 3600.0
 MOVE_TIMEOUT = 900.0
+MOVE_POLL = 3.0  # seconds between reads of pacemaker while a move runs
 # How long a take reconciles again while the pool's drift still has work for it.
 TAKE_SETTLE = 120.0
 # zpool export may find a file system busy for a moment after the NFS server let go.
@@ -301,8 +302,8 @@ class ClusterService:
 
     def failover(self, pool: str | None = None, node: str | None = None) -> Job:
         """Moves ``pool``'s group (default: the pair's only one) to ``node`` (default:
-        the peer) and waits for pacemaker to run it there; the move's preference is then
-        cleared, so the group stays by stickiness, not by a pin."""
+        the peer) and waits for pacemaker to run all of it there; the move's preference
+        is then cleared, so the group stays by stickiness, not by a pin."""
         state = self._require(max_age=0)
         if not state.pools:
             raise NotFound("pacemaker manages no ZDS pool (no ocf:zds:pool resource)")
@@ -345,14 +346,14 @@ class ClusterService:
                 deadline = t0 + MOVE_TIMEOUT
                 while True:
                     now = self.refresh()
-                    if now is not None and now.running and now.holder(group.pool) == node:
+                    if now is not None and now.running and _group_on(now, group.group, node):
                         break
                     if time.monotonic() > deadline:
                         raise Unavailable(f"pool {group.pool} is not running on {node} "
                                           f"{MOVE_TIMEOUT:.0f} s after the move was asked "
                                           "(crm_mon says why)")
                     ctx.progress(0.5, f"pacemaker is moving {group.group} to {node}")
-                    time.sleep(2.0)
+                    time.sleep(MOVE_POLL)
             finally:
                 host.clear(group.group)
             return {"pool": group.pool, "group": group.group, "from": holder, "to": node,
@@ -526,6 +527,12 @@ class ClusterService:
                 f", {len(drift)} drift item(s)" if drift else "")
         return PoolStatus(pool, bool(health), health, ok, sorted(r.name for r in records),
                           down, drift, message)
+
+
+def _group_on(state: ClusterState, group: str, node: str) -> bool:
+    """Every resource of ``group`` runs on ``node`` (the pool, its address, the rest)."""
+    members = [r for r in state.resources if r.group == group or r.id == group]
+    return bool(members) and all(r.role == "Started" and r.node == node for r in members)
 
 
 def _reconcile_work(item: DriftItem) -> bool:

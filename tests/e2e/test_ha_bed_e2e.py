@@ -254,3 +254,43 @@ def test_3_killed_node_boots_again_and_rejoins_as_standby(ha_bed: HaBed) -> None
     assert len([lun_path(i) for i in range(LUN_COUNT)]) == LUN_COUNT
     print(f"\n[e2e] {down} booted again in {t_boot:.1f} s, online in the cluster after "
           f"{t_join:.1f} s; VIP {VIP} still on {up}")
+
+
+def test_4_planned_failover_moves_the_pool_with_the_same_identities(ha_bed: HaBed) -> None:
+    """POST /cluster/failover on the node holding the pool: pacemaker stops the group
+    there (the agent's release: exports and LUNs withdrawn, pool exported) and starts it
+    on the other node (take: no MMP wait for a cleanly exported pool); the move's pin is
+    cleared; the client's mount and session carry on."""
+    if not SERVED:
+        pytest.skip("test_1b did not serve the datastores")
+    src = ha_bed.active()
+    dst = ha_bed.peer(src)
+    assert src, ha_bed.status(dst)
+    t0 = time.monotonic()
+    with ha_bed.api(src) as api:
+        job = ok(api.post("/cluster/failover", params={"wait": 540}, json={}), 202)
+        while job["state"] not in ("succeeded", "failed", "cancelled"):
+            job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 60}))
+    t_job = time.monotonic() - t0
+    assert job["state"] == "succeeded", job
+    assert job["result"]["from"] == src and job["result"]["to"] == dst, job
+    s = ha_bed.status(dst)
+    assert all(s.node_of(r) == dst for r in GROUP_RSCS), s
+    constraints = ha_bed.nodes[dst].check("cibadmin --query --scope constraints")
+    assert "cli-prefer" not in constraints, constraints  # the move's pin was cleared
+    rc, out = ha_bed.nodes[src].exec(f"zpool list -H {POOL}")
+    assert rc != 0, f"{src} still has the pool: {out}"
+    nfs_back = ha_bed.client.check("timeout 600 cat /mnt/hanfs/record", timeout=660)
+    lun_back = lun_read(ha_bed, SERVED["dev"])
+    t_io = time.monotonic() - t0
+    with ha_bed.api(dst) as api:
+        got = {k: identity(ok(api.get(f"/datastores/{n}")))
+               for k, n in (("nfs", NFS_DS), ("lun", LUN_DS))}
+        took = ok(api.get("/cluster"))["last_takeover"]
+    with ha_bed.api(src) as api:
+        left = [d["name"] for d in ok(api.get("/datastores"))]
+    print(f"\n[e2e] planned failover {src} -> {dst}: job {t_job:.1f} s ({job['result']}), "
+          f"client I/O back after {t_io:.1f} s; take on {dst}: {took}")
+    assert got == {"nfs": SERVED["nfs"], "lun": SERVED["lun"]}, got
+    assert nfs_back.strip() == NFS_TEXT and lun_back == LUN_TEXT, (nfs_back, lun_back)
+    assert NFS_DS not in left and LUN_DS not in left, left
