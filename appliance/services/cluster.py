@@ -55,8 +55,9 @@ MOVE_TIMEOUT = 900.0
 MOVE_POLL = 3.0  # seconds between reads of pacemaker while a move runs
 # How long a take reconciles again while the pool's drift still has work for it.
 TAKE_SETTLE = 120.0
-# zpool export may find a file system busy for a moment after the NFS server let go.
-EXPORT_TRIES = 5
+# zpool export may find a file system busy for a while after the NFS server let go
+# (ganesha closes its cached descriptors lazily): 15 tries, 2 s apart.
+EXPORT_TRIES = 15
 # Pool states in which a monitor fails: the pool cannot serve.
 BAD_POOL_HEALTH = ("FAULTED", "UNAVAIL", "SUSPENDED")
 # Paths whose changes work on either node: the cluster's own, and tokens.

@@ -12,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import partialmethod
 from pathlib import Path
 from typing import Any
 
@@ -368,3 +369,45 @@ def test_a_node_that_died_holding_the_pool_forgets_it_at_start(pair: Pair,
     finally:
         again.client.close()
         pair.a = again  # the fixture closes it
+
+
+def test_release_retries_an_export_the_nfs_server_still_holds(
+        pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    from appliance.errors import Conflict
+    from appliance.services import cluster as cluster_service
+
+    serve_two(pair.a)
+    real = pair.a.hosts.zfs.export_pool
+    tries: list[str] = []
+
+    def busy_twice(pool: str) -> None:
+        tries.append(pool)
+        if len(tries) <= 2:
+            raise Conflict(f"cannot export '{pool}': pool is busy")
+        real(pool)
+
+    monkeypatch.setattr(pair.a.hosts.zfs, "export_pool", busy_twice)
+    monkeypatch.setattr(cluster_service.ClusterService, "_export", partialmethod(
+        cluster_service.ClusterService._export, pause=lambda _s: None))
+    assert run_agent(pair.a, "stop")[0] == agent.OCF_SUCCESS
+    assert tries == [POOL] * 3
+    # one that stays busy fails the stop: pacemaker then fences the node
+    pair.a.hosts.zfs.import_pool(POOL)
+    monkeypatch.setattr(pair.a.hosts.zfs, "export_pool",
+                        lambda pool: (_ for _ in ()).throw(Conflict("pool is busy")))
+    rc, lines = run_agent(pair.a, "stop")
+    assert rc == agent.OCF_ERR_GENERIC and "busy" in lines[-1], lines
+
+
+def test_the_watcher_reads_pacemaker_at_most_every_watch_interval(pair: Pair) -> None:
+    from appliance.services import cluster as cluster_service
+
+    svc = pair.a.engine.cluster
+    before = pair.cluster_a.calls
+    svc.watch()
+    assert pair.cluster_a.calls == before  # the fixture's read is fresh
+    svc._state_at -= cluster_service.WATCH_EVERY
+    svc.watch()
+    assert pair.cluster_a.calls == before + 1
+    pair.a.engine.watcher.check()  # the health tick calls it too
+    assert pair.cluster_a.calls == before + 1
