@@ -424,6 +424,9 @@ class ClusterService:
             t2 = time.monotonic()
             ctx.progress(0.5, f"serving the datastores of {pool}")
             left = self._serve(pool, settle)
+            # health and the monitor that follows answer from the watcher's last check:
+            # bring it up to date (a daemon may have come up since)
+            self.reconciler.check()
             seconds["serve"] = round(time.monotonic() - t2, 1)
             seconds["total"] = round(time.monotonic() - t0, 1)
             pending = [i for i in left if _reconcile_work(i)]

@@ -204,6 +204,7 @@ def crm_config(nodes: tuple[NodeSpec, ...] = NODES, luns: int = LUN_COUNT) -> st
         ha__fence_devices=[lun_path(i) for i in range(luns)],
         ha__fence_resource=FENCE_RSC, ha__stonith_timeout="180s", ha__stickiness=100,
         ha__pool_start_timeout="300s", ha__pool_stop_timeout="180s",
+        ha__pool_monitor_interval="20s",
         ha__pools=[{"name": POOL, "address": VIP, "cidr_netmask": 24, "also": [WWW_RSC]}],
         ha__crm_extra=extra)
 
