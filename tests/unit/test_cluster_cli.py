@@ -75,3 +75,26 @@ def test_status_on_a_single_appliance(capsys: pytest.CaptureFixture[str],
         assert main(["--server", url, "--token", token, "cluster", "status"]) == 0
         assert "not in an HA pair" in capsys.readouterr().out
     engine.close()
+
+
+def test_the_agent_over_real_http(paired: tuple[str, str, FakeCluster], tmp_path: Path) -> None:
+    """The agent's own HTTP client (HttpApi) against the API served by uvicorn: what
+    pacemaker runs, minus TLS."""
+    from api import agent
+
+    url, token, _ = paired
+    token_file = tmp_path / "token"
+    token_file.write_text(token + "\n")
+    env = {"OCF_RESKEY_pool": "tank", "OCF_RESKEY_url": url,
+           "OCF_RESKEY_token_file": str(token_file), "OCF_RESKEY_CRM_meta_timeout": "30000"}
+    lines: list[str] = []
+    assert agent.run(["monitor"], env, out=lines.append) == agent.OCF_SUCCESS
+    assert agent.run(["stop"], env, out=lines.append) == agent.OCF_SUCCESS
+    assert agent.run(["monitor"], env, out=lines.append) == agent.OCF_NOT_RUNNING
+    assert agent.run(["start"], env, out=lines.append) == agent.OCF_SUCCESS, lines
+    assert any(line.startswith("took tank:") for line in lines), lines
+    bad = {**env, "OCF_RESKEY_token_file": str(tmp_path / "nope")}
+    assert agent.run(["monitor"], bad, out=lines.append) == agent.OCF_ERR_INSTALLED
+    token_file.write_text("zds_0000_wrong\n")
+    assert agent.run(["monitor"], env, out=lines.append) == agent.OCF_ERR_GENERIC
+    assert lines[-1].startswith("ocf-exit-reason:401"), lines[-1]
