@@ -20,7 +20,17 @@ from api.deps import authorize, known_query
 from api.errors import engine_error_response, error_response
 from api.fields import RULES
 from api.guard import Guard
-from api.routes import datastores, groups, jobs, metrics, policies, pools, replication, system
+from api.routes import (
+    cluster,
+    datastores,
+    groups,
+    jobs,
+    metrics,
+    policies,
+    pools,
+    replication,
+    system,
+)
 from appliance import __version__
 from appliance.engine import Engine
 from appliance.errors import ZdsError
@@ -35,6 +45,9 @@ Every endpoint but `GET /api/v1/system/health` needs `Authorization: Bearer <tok
 (`zds token create --role admin|readonly`); readonly tokens may only GET. Health without
 a token tells status and codes only; with any valid token, every detail.
 Errors are `{"error": {"code", "message", "detail"}}` with 401/403/404/409/413/422/429/503.
+In an HA pair, a change sent to the node that does not hold its pool is 503 `not_active`,
+naming the node that does (send it to the service address); `GET /api/v1/cluster` shows
+the pair.
 The token is checked before the body is read; bodies are capped (413 `too_large`), and so
 are requests in flight, in all (503 `busy`) and per token (429 `too_many_requests`), both
 with `Retry-After`.
@@ -90,7 +103,8 @@ def create_app(engine: Engine, *, start: bool = True) -> FastAPI:
     v1 = APIRouter(prefix="/api/v1", dependencies=[Depends(known_query)])
     v1.include_router(system.router)
     protected = [datastores.router, pools.router, groups.router, jobs.router, metrics.router,
-                 replication.router, replication.keys, policies.router, policies.vcenters]
+                 replication.router, replication.keys, policies.router, policies.vcenters,
+                 cluster.router]
     probes = _optional_router("api.routes.probes")
     if probes is not None:
         protected.append(probes)

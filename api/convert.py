@@ -101,7 +101,7 @@ def datastore_out(v: DatastoreView, attach: AttachInstructions | None = None) ->
 
 
 def health_out(h: Health) -> s.HealthOut:
-    return s.HealthOut(**asdict(h))
+    return s.HealthOut.model_validate(asdict(h))
 
 
 def health_summary_out(h: Health) -> s.HealthSummaryOut:

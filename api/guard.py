@@ -7,6 +7,8 @@ one error envelope (api/errors.py) without reading the body. For every protected
 
 1. ``max_in_flight`` protected requests already in flight: 503 ``busy`` (Retry-After);
 2. no valid bearer token: 401; a readonly token and a method that changes: 403;
+   in an HA pair, a change on the node that does not hold its pool: 503 ``not_active``
+   naming the node that does (:meth:`ClusterService.refusal`);
 3. ``max_per_token`` requests of this token already in flight: 429 ``too_many_requests``
    (Retry-After), so one token (a script long-polling jobs) never takes all the capacity;
 4. a body over ``max_body`` (``max_result_body`` for a client's probe result), announced
@@ -123,6 +125,13 @@ class Guard:
             if kind == "protected" and principal.role != "admin" \
                     and scope["method"] not in READ_METHODS:
                 raise Forbidden(f"token {principal.name!r} is readonly")
+            if kind == "protected" and scope["method"] not in READ_METHODS:
+                # in an HA pair, a change on the node that does not hold its pool: 503
+                # naming the node that does (pacemaker's state, cached a few seconds)
+                refusal = await anyio.to_thread.run_sync(
+                    self.engine.cluster.refusal, scope["method"], _route_path(scope))
+                if refusal is not None:
+                    raise refusal
         except ZdsError as exc:
             if kind != "health":
                 await self._refuse_error(scope, receive, send, exc)

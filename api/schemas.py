@@ -34,6 +34,7 @@ from api.fields import (
     VdevSize,
     Volblocksize,
 )
+from api.schemas_cluster import ClusterRoleOut
 from appliance.services.pools import MIN_DEVICES, SPARSE_DEFAULT_COUNT, SPARSE_FILES
 from appliance.transports.registry import TRANSPORT_TYPES, probe_targets, protocols
 
@@ -574,6 +575,8 @@ class HealthOut(BaseModel):
     pools: list[PoolProblemOut] = Field(description="pools that are not ONLINE")
     alerts: list[FillAlertOut] = Field(description="pools 80/90/95% full")
     message: str = Field(description="what is wrong, in words ('' when ok)")
+    cluster: ClusterRoleOut | None = Field(None, description="in an HA pair: this node's "
+                                                             "role and its peer")
 
 
 class ComponentStatusOut(BaseModel):

@@ -24,6 +24,7 @@ from appliance.policies.records import PolicyRecords
 from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
 from appliance.reconciler import DEVICE_WAIT, Reconciler
+from appliance.services.cluster import ClusterService
 from appliance.services.datastores import DatastoreService
 from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
@@ -54,8 +55,10 @@ class Engine:
         self.snapshots = SnapshotService(ctx, self.reconciler, self.datastores)
         self.policies = PolicyService(ctx, self.policy_records, ctx.hosts.vsphere,
                                       ctx.hosts.hooks)
+        self.cluster = ClusterService(ctx, self.reconciler, self.pools)
         self.system = SystemService(ctx, self.reconciler, checks={
-            "snapshot_policies": lambda: ComponentHealth(*self.policies.health())})
+            "snapshot_policies": lambda: ComponentHealth(*self.policies.health())},
+            cluster_role=self.cluster.role)
         self.tokens = TokenService(ctx.store)
         self.probes = probe_service.build(ctx, ctx.hosts.probes)
         self.metrics = metrics_service.build(ctx, ctx.hosts.iostats, self.probes)
@@ -69,7 +72,8 @@ class Engine:
         self.watcher = Watcher(
             self.reconciler, self.datastores.finish_interrupted,
             ctx.settings.health_interval, ctx.settings.reconcile_interval,
-            ctx.settings.list_refresh_interval)
+            ctx.settings.list_refresh_interval,
+            also=[self.cluster.watch])  # pacemaker's view, for health and the 503
         self.start_report: rc.ReconcileReport | None = None
 
     @classmethod
@@ -115,6 +119,8 @@ class Engine:
             self.replication.start()
             if ctx.zfs.available():
                 imported = self.pools.imported()
+                # an HA node that died holding a pool: the other node has it now
+                self.cluster.forget_departed(imported)
                 adopt(ctx, imported)
                 self.pools.keep_snapshot_counts(imported)
                 self.datastores.finish_interrupted()

@@ -70,6 +70,13 @@ class Busy(Unavailable):
     code = "busy"
 
 
+class NotActive(Unavailable):
+    """In an HA pair: this node does not hold the pool the change is for (or none of the
+    pair's pools); ``detail`` names the node that does. Nothing was changed."""
+
+    code = "not_active"
+
+
 class Unauthorized(ZdsError):
     status = 401
     code = "unauthorized"

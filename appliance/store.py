@@ -244,6 +244,12 @@ class Store:
             db.execute("INSERT OR IGNORE INTO facts (name, value, recorded) VALUES (?,?,?)",
                        (name, value, time.time()))
 
+    def replace_fact(self, name: str, value: str) -> None:
+        """Like :meth:`set_fact`, but a fact that changes (set_fact keeps the first)."""
+        with self.connect() as db:
+            db.execute("INSERT OR REPLACE INTO facts (name, value, recorded) VALUES (?,?,?)",
+                       (name, value, time.time()))
+
 
 # Parsed specs by their JSON text: the list, drift, the watcher and the collector read
 # every record, and at 1,000 datastores parsing them again each time cost ~0.5 s under

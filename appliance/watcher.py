@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from appliance.reconciler import Reconciler
 
@@ -31,8 +31,10 @@ LOCK_WAIT = 600.0
 class Watcher:
     def __init__(self, reconciler: Reconciler, finish_interrupted: Callable[[], None],
                  health_interval: float, reconcile_interval: float,
-                 list_interval: float = 0.0) -> None:
+                 list_interval: float = 0.0,
+                 also: Sequence[Callable[[], object]] = ()) -> None:
         self.reconciler = reconciler
+        self.also = list(also)  # more cheap reads at each health tick (pacemaker's state)
         self.finish_interrupted = finish_interrupted
         self.health_interval = health_interval
         self.reconcile_interval = reconcile_interval
@@ -44,7 +46,7 @@ class Watcher:
         if self._threads:
             return
         if self.health_interval > 0:
-            self._spawn("zds-health", self.health_interval, self.reconciler.check)
+            self._spawn("zds-health", self.health_interval, self.check)
         if self.reconcile_interval > 0:
             self._spawn("zds-reconcile", self.reconcile_interval, self.repair)
         if self.list_interval > 0:
@@ -61,6 +63,15 @@ class Watcher:
         thread = threading.Thread(target=loop, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
+
+    def check(self) -> None:
+        """The health tick: the reconciler's cheap check, then the others'."""
+        self.reconciler.check()
+        for step in self.also:
+            try:
+                step()
+            except Exception:  # one failing read must not stop the reconciler's
+                log.exception("health tick: %s failed", step)
 
     def repair(self) -> None:
         """One reconcile round: finish creates and deletes, re-apply, log what was

@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 
 from api.cli import (
+    cluster,
     datastores,
     igroups,
     jobs,
@@ -27,7 +28,7 @@ from api.cli import (
 from api.cli.common import DEFAULT_SERVER, REAL, Wiring
 
 GROUPS = (local, datastores, pools, snapshots, igroups, jobs, system, probes, replication,
-          policies)
+          policies, cluster)
 
 
 def build_parser() -> argparse.ArgumentParser:

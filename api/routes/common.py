@@ -25,7 +25,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         (422, "invalid input"),
         (429, "this token has too many requests in flight (max_per_token; Retry-After)"),
         (503, "ZFS, LIO or ganesha unavailable, or busy with another change or with too "
-              "many requests (retry; Retry-After when busy with requests)"),
+              "many requests (retry; Retry-After when busy with requests), or, in an HA "
+              "pair, a change on the node that does not hold the pool (not_active: the "
+              "detail names the node that does)"),
     ]
 }
 

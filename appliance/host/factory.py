@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from appliance.host.cluster import ClusterHost
+from appliance.host.fakes.cluster import FakeCluster
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.iostats import FakeIoStats
 from appliance.host.fakes.lio import FakeLio
@@ -69,6 +71,7 @@ class HostAdapters:
     hooks: HookHost | None = None  # snapshot policies' pre/post commands
     iostats: IoStatsHost | None = None  # the metrics collector's sources (None: no metrics)
     nvmet: NvmetHost | None = None  # the kernel NVMe target (None: NVMe/TCP is down)
+    cluster: ClusterHost | None = None  # pacemaker (None: never in an HA pair)
 
 
 def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
@@ -96,6 +99,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
                ) -> HostAdapters:
     """ZFS, LIO (rtslib-fb), the NFS server (nfs-ganesha over DBus, or the kernel's when
     ``nfs_server`` is "knfsd") and the probe tools of this machine."""
+    from appliance.host.cluster import Pacemaker
     from appliance.host.ganesha import Ganesha
     from appliance.host.hooks import Hooks
     from appliance.host.iostats import IoStats
@@ -127,6 +131,7 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
         hooks=Hooks(runner, hooks_dir),
         iostats=IoStats(runner, ganesha_dbus_address, nfs_counters=nfs_server == "ganesha"),
         nvmet=Nvmet(runner),
+        cluster=Pacemaker(runner),
     )
 
 
@@ -150,6 +155,7 @@ class FakeHosts:
     zfs_send: FakeZfsSend | None = None
     nvmet: FakeNvmet = field(default_factory=FakeNvmet)
     nvme: FakeNvmeInitiator = field(default_factory=FakeNvmeInitiator)
+    cluster: FakeCluster = field(default_factory=FakeCluster)  # not in a pair until set
 
     def __post_init__(self) -> None:
         if self.ssh is None:
@@ -163,7 +169,8 @@ class FakeHosts:
                                        initiator=self.initiator, devfs=self.devfs,
                                        nvme=self.nvme),
                             ssh=self.ssh, zfs_send=self.zfs_send, vsphere=self.vsphere,
-                            hooks=self.hooks, iostats=self.iostats, nvmet=self.nvmet)
+                            hooks=self.hooks, iostats=self.iostats, nvmet=self.nvmet,
+                            cluster=self.cluster)
 
 
 def fake_hosts(pool: str | None = "tank", pool_size: int = 100 * GiB,

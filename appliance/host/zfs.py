@@ -186,7 +186,11 @@ class ZfsHost(Protocol):
 
     def export_pool(self, pool: str) -> None: ...
 
-    def import_pool(self, pool: str, force: bool = False) -> None: ...
+    def import_pool(self, pool: str, force: bool = False, shared: bool = False) -> None:
+        """``shared``: a pool on an HA pair's shared disks (the cluster's take): udev is
+        settled first (fencing's sg_persist makes the disks' links blink) and the pool is
+        imported with ``cachefile=none``, so no boot of either node imports it by itself;
+        pacemaker decides."""
 
     def importable_pools(self) -> list[str]: ...
 
@@ -860,7 +864,7 @@ class Zfs:
                     args += ["-d", d]
         return args
 
-    def import_pool(self, pool: str, force: bool = False) -> None:
+    def import_pool(self, pool: str, force: bool = False, shared: bool = False) -> None:
         """Imports from the disks (default search) or else from ``import_dirs``.
 
         A pool another system (another hostid) used last and did not export is
@@ -873,6 +877,9 @@ class Zfs:
         mounted.
         """
         flags = ["-N", "-f"] if force else ["-N"]
+        if shared:
+            self._udev_settle()
+            flags += ["-o", "cachefile=none"]
         try:
             self._run(["zpool", "import", *flags, _arg_name(pool)], timeout=300)
         except NotFound:

@@ -11,6 +11,7 @@ from appliance import __version__
 from appliance.context import Context
 from appliance.errors import ZdsError
 from appliance.reconciler import DriftItem, FillAlert, PoolProblem, Reconciler
+from appliance.services.cluster import ClusterRole
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class Health:
     pools: list[PoolProblem] = field(default_factory=list)  # pools that are not ONLINE
     alerts: list[FillAlert] = field(default_factory=list)  # pools 80/90/95% full
     message: str = ""
+    cluster: ClusterRole | None = None  # in an HA pair: this node's role and its peer
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,10 @@ HealthCheck = Callable[[], ComponentHealth]
 
 class SystemService:
     def __init__(self, ctx: Context, reconciler: Reconciler,
-                 checks: Mapping[str, HealthCheck] | None = None) -> None:
+                 checks: Mapping[str, HealthCheck] | None = None,
+                 cluster_role: Callable[[], ClusterRole | None] | None = None) -> None:
         self.ctx = ctx
+        self.cluster_role = cluster_role
         self.reconciler = reconciler
         # more components health reports (snapshot policies, replication...)
         self.checks: dict[str, HealthCheck] = dict(checks or {})
@@ -123,6 +127,7 @@ class SystemService:
                                 f"with {self.ctx.lock.holder or 'something'})")
             status = "degraded" if (problems or full or down or not in_sync
                                     or age > stale) else "ok"
+        role = self.cluster_role() if self.cluster_role is not None else None
         return Health(status, comps, in_sync, drift, st.checked_at, round(age, 1),
                       st.started_at, list(st.pool_problems), list(st.fill_alerts),
-                      "; ".join(messages))
+                      "; ".join(messages), role)

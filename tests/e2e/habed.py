@@ -46,12 +46,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+import httpx
 import jinja2
 
 from appliance.model import naa_wwn
 from images.paths import REPO
 from images.vm import Switch
 from tests.e2e.conftest import Boot, E2EAppliance, booted
+from tests.e2e.rest import api_client
 
 CLUSTER = "zdsha"
 POOL = "hapool"
@@ -62,8 +64,11 @@ CLIENT_IP = "10.96.0.100"
 VIP = "10.96.0.50"
 WWW_PORT = 8080
 DATA = "habed-data-1"  # /POOL/www/data, what the client reads through the VIP
-FENCE_RSC, POOL_RSC, IP_RSC, WWW_RSC, GROUP = "fence-scsi", "ha-pool", "ha-ip", "ha-www", \
-    "ha-group"
+# the ha role's names (templates/cluster.crm.j2): zds-fence, zds-<pool>{,-pool,-ip}; the
+# bed's small web server is a third member of the group
+FENCE_RSC, POOL_RSC, IP_RSC, WWW_RSC, GROUP = "zds-fence", f"zds-{POOL}-pool", \
+    f"zds-{POOL}-ip", "ha-www", f"zds-{POOL}"
+CLIENT_INITIATOR = "iqn.2026-11.org.example.habed:client"
 SEGMENTS = {"storage": ("jbod", "a", "b"), "cluster": ("a", "b"), "service": ("client", "a", "b")}
 SEGMENT_BYTE = {"storage": 1, "cluster": 2, "service": 3}
 SUBNET = {"storage": "10.98.0", "cluster": "10.97.0", "service": "10.96.0"}
@@ -183,41 +188,25 @@ def shared_disks_rules(luns: int = LUN_COUNT) -> str:
 
 
 def crm_config(nodes: tuple[NodeSpec, ...] = NODES, luns: int = LUN_COUNT) -> str:
-    """The pacemaker configuration, in crmsh's language (``crm configure load update``).
-
-    fence_scsi: ``provides=unfencing`` makes pacemaker unfence (register the key of) each
-    node on that node before anything runs there; fencing a node preempts-and-aborts its
-    key on every LUN. The group starts in order and stops in reverse: pool, address,
-    service. Timeouts are for TCG (an import waits out the MMP activity check)."""
-    devices = ",".join(lun_path(i) for i in range(luns))
-    hosts = " ".join(n.name for n in nodes)
+    """The pacemaker configuration from the ha role's own template (crmsh's language,
+    ``crm configure load update``): fence_scsi on the LUNs (``provides=unfencing``), and
+    the pool's group: the ZDS agent ocf:zds:pool (import, adopt, serve), the VIP, then
+    the bed's small web server (``ha__crm_extra``). Timeouts are for TCG (an import
+    waits out the MMP activity check)."""
     www = f"-m http.server {WWW_PORT} --bind {VIP} --directory /{POOL}/www"
-    return f"""\
-property cib-bootstrap-options: \\
-    stonith-enabled=true \\
-    stonith-timeout=180s \\
-    no-quorum-policy=stop
-rsc_defaults rsc-options: \\
-    resource-stickiness=100
-primitive {FENCE_RSC} stonith:fence_scsi \\
-    params pcmk_host_list="{hosts}" devices="{devices}" key_value=hash \\
-    meta provides=unfencing \\
-    op monitor interval=60s timeout=60s
-primitive {POOL_RSC} ocf:heartbeat:ZFS \\
-    params pool={POOL} importargs="-d /dev/disk/by-id" \\
-    op start timeout=300s interval=0 \\
-    op stop timeout=180s interval=0 \\
-    op monitor interval=10s timeout=60s
-primitive {IP_RSC} ocf:heartbeat:IPaddr2 \\
-    params ip={VIP} cidr_netmask=24 \\
-    op start timeout=60s interval=0 \\
-    op monitor interval=10s timeout=60s
-primitive {WWW_RSC} ocf:heartbeat:anything \\
-    params binfile=/usr/bin/python3 cmdline_options="{www}" \\
-    op start timeout=60s interval=0 \\
-    op monitor interval=10s timeout=60s
-group {GROUP} {POOL_RSC} {IP_RSC} {WWW_RSC}
-"""
+    extra = (f"primitive {WWW_RSC} ocf:heartbeat:anything \\\n"
+             f"    params binfile=/usr/bin/python3 cmdline_options=\"{www}\" \\\n"
+             "    op start timeout=60s interval=0 \\\n"
+             "    op monitor interval=10s timeout=60s\n")
+    return _role_template(
+        "cluster.crm.j2",
+        ha__nodes=[{"name": n.name} for n in nodes],
+        ha__fence_devices=[lun_path(i) for i in range(luns)],
+        ha__fence_resource=FENCE_RSC, ha__stonith_timeout="180s", ha__stickiness=100,
+        ha__pool_start_timeout="300s", ha__pool_stop_timeout="180s",
+        ha__pool_monitor_interval="20s",
+        ha__pools=[{"name": POOL, "address": VIP, "cidr_netmask": 24, "also": [WWW_RSC]}],
+        ha__crm_extra=extra)
 
 
 def fence_scsi_key(cluster: str, node: str) -> str:
@@ -624,6 +613,38 @@ class HaBed:
         return best
 
 
+    # --- the ZDS datastores the client uses through the VIP ---------------------------
+
+    @contextlib.contextmanager
+    def api(self, node: str) -> Iterator[httpx.Client]:
+        """The REST API of ``node`` (through its own user network, not the VIP)."""
+        app = self.nodes[node]
+        with api_client(app.api_url, app.admin_token) as client:
+            yield client
+
+    def client_mount(self, export_path: str, mountpoint: str = "/mnt/hanfs") -> None:
+        """NFSv3 through the VIP, hard (a takeover is a pause, not an error), with the
+        ports ganesha pins (no portmapper), no NLM (nolock)."""
+        self.client.check(
+            f"mount -t nfs -o vers=3,proto=tcp,port=2049,mountport=20048,mountproto=tcp,"
+            f"nolock,hard,timeo=100,retrans=3 {VIP}:{shlex.quote(export_path)} "
+            f"{mountpoint}", timeout=180)
+
+    def client_login(self, iqn: str, serial: str) -> str:
+        """Logs the client in to ``iqn`` at the VIP (a node record made by hand: never
+        SendTargets discovery, which would also name the nodes' user-network address),
+        with a replacement timeout long enough for a takeover; returns the LUN's
+        by-id path (LIO's NAA id from the unit serial)."""
+        dev = "/dev/disk/by-id/wwn-0x" + naa_wwn(serial)[len("naa."):]
+        node = f"-m node -T {iqn} -p {VIP}:3260"
+        self.client.check(f"""iscsiadm {node} -o new >/dev/null
+iscsiadm {node} -o update -n node.session.timeo.replacement_timeout -v 900
+iscsiadm {node} --login
+for i in $(seq 60); do udevadm settle; test -b {dev} && exit 0; sleep 1; done
+ls -l /dev/disk/by-id; exit 1""", timeout=180)
+        return dev
+
+
 def http_get(path: str) -> str:
     """A bash command printing the answer to GET http://VIP:WWW_PORT/path (HTTP/1.0)."""
     script = (f'exec 3<>/dev/tcp/{VIP}/{WWW_PORT} && '
@@ -679,6 +700,11 @@ def setup_jbod(jbod: E2EAppliance) -> None:
     jbod.check("python3 -c 'import json; from rtslib_fb import RTSRoot; "
                "RTSRoot().restore(json.load(open(\"/root/habed-lio.json\")), "
                "abort_on_error=True)'", timeout=120)
+    # the jbod is also the client: an initiator name of its own (the image's is shared by
+    # every guest booted from it) for the LUNs ZDS serves through the VIP
+    _put(jbod, "/etc/iscsi/initiatorname.iscsi", f"InitiatorName={CLIENT_INITIATOR}\n",
+         "0600")
+    jbod.check("systemctl restart iscsid && mkdir -p /mnt/hanfs")
 
 
 def prepare_node(app: E2EAppliance, spec: NodeSpec, authkey: bytes) -> None:

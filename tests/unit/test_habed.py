@@ -176,19 +176,21 @@ def test_udev_rule_takes_the_watch_off_exactly_the_shared_luns() -> None:
                                         for i in range(H.LUN_COUNT)]
 
 
-def test_crm_config_fences_with_scsi_keys_and_groups_pool_ip_service() -> None:
-    crm = H.crm_config()
+def test_crm_config_fences_with_scsi_keys_and_groups_zds_agent_ip_service() -> None:
+    crm = H.crm_config()  # the ha role's template
     assert "stonith-enabled=true" in crm
-    fence = crm[crm.index("primitive fence-scsi"):crm.index("primitive ha-pool")]
+    fence = crm[crm.index("primitive zds-fence"):crm.index("primitive ha-www")]
     assert "stonith:fence_scsi" in fence and "provides=unfencing" in fence
     assert 'pcmk_host_list="ha-a ha-b"' in fence and "key_value=hash" in fence
     devices = re.search(r'devices="([^"]+)"', fence)
     assert devices is not None
     assert devices.group(1).split(",") == [H.lun_path(i) for i in range(H.LUN_COUNT)]
-    assert "ocf:heartbeat:ZFS" in crm and "pool=hapool" in crm
-    assert "op start timeout=300s" in crm  # the MMP activity check, under TCG
+    agent = crm[crm.index("primitive zds-hapool-pool"):crm.index("primitive zds-hapool-ip")]
+    assert "ocf:zds:pool" in agent and "pool=hapool" in agent
+    assert "op start timeout=300s" in agent  # the MMP activity check, under TCG
     assert f"ip={H.VIP} cidr_netmask=24" in crm
-    assert crm.rstrip().endswith("group ha-group ha-pool ha-ip ha-www")
+    assert crm.rstrip().endswith("group zds-hapool zds-hapool-pool zds-hapool-ip ha-www")
+    assert not any(line.startswith("#") for line in crm.splitlines())  # CIB comments
     # crmsh continues a definition with a trailing backslash: none may be left dangling
     lines = crm.splitlines()
     assert all(not a.endswith("\\") or b.startswith("    ") for a, b in pairwise(lines))
@@ -236,7 +238,8 @@ def test_journal_json_lines() -> None:
 
 
 def test_failover_timeline_from_the_survivors_journal() -> None:
-    tl = H.failover_timeline(H.parse_journal(JOURNAL), T, victim="ha-b", survivor="ha-a")
+    tl = H.failover_timeline(H.parse_journal(JOURNAL), T, victim="ha-b", survivor="ha-a",
+                             resources=("ha-pool", "ha-ip", "ha-www"))
     assert tl.knet_down == pytest.approx(0.19, abs=1e-3)
     assert tl.token_lost == pytest.approx(1.74, abs=1e-3)
     assert tl.membership == pytest.approx(5.75, abs=1e-3)

@@ -212,6 +212,7 @@ class FakeZfs:
         self.existing_devices: set[str] = set()  # zvol nodes udev "created"
         self.stuck_links: set[str] = set()  # dropped links a udev trigger does not restore
         self.foreign: set[str] = set()  # exported pools last used by another hostid
+        self.shared_imports: list[str] = []  # pools imported as an HA pair's (shared=True)
         # called between the steps of a multi-step command (see the module docstring)
         self.on_step: Callable[[str], None] | None = None
 
@@ -711,7 +712,7 @@ class FakeZfs:
             self.existing_devices.discard(self.zvol_device(ds.name))
         p.imported = False
 
-    def import_pool(self, pool: str, force: bool = False) -> None:
+    def import_pool(self, pool: str, force: bool = False, shared: bool = False) -> None:
         self._up()
         p = self._pools.get(pool)
         if p is None:
@@ -723,6 +724,8 @@ class FakeZfs:
                            "system. The pool can be imported, use 'zpool import -f' to "
                            "import the pool.")
         self.foreign.discard(pool)
+        if shared:
+            self.shared_imports.append(pool)
         p.imported = True
         for ds in p.datasets.values():
             ds.mounted = False  # zpool import -N, then the guard, then zfs mount -a
