@@ -1,5 +1,8 @@
 """Where the test command's time goes: wall-clock seconds per suite (unit, fuzz,
-integration, e2e) and per e2e module, printed at the end of every run and written as JSON
+integration, e2e, first start to last end) and per e2e module (the sum of its own tests'
+setup, call and teardown: e2e modules run in phases, interleaved, so a module's span would
+count the others' time; a shared boot or reboot counts for the test that triggered it),
+printed at the end of every run and written as JSON
 to ``$ZDS_TEST_TIMINGS`` (scripts/test.sh reads it for its phase table; docs/architecture.md
 keeps the measured table)."""
 
@@ -12,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-_spans: dict[str, list[float]] = {}  # "suite" or "suite/module" -> [first start, last end]
+_spans: dict[str, list[float]] = {}  # "suite" -> [first start, last end]
+_sums: dict[str, list[float]] = {}  # "e2e/module" -> [first start, seconds of its tests]
 
 
 def _keys(item: pytest.Item) -> list[str]:
@@ -32,21 +36,28 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     yield
     t1 = time.monotonic()
     for key in _keys(item):
-        span = _spans.setdefault(key, [t0, t1])
-        span[0], span[1] = min(span[0], t0), max(span[1], t1)
+        if "/" in key:
+            _sums.setdefault(key, [t0, 0.0])[1] += t1 - t0
+        else:
+            span = _spans.setdefault(key, [t0, t1])
+            span[0], span[1] = min(span[0], t0), max(span[1], t1)
 
 
 def durations() -> dict[str, float]:
-    """Seconds per suite and per e2e module, in the order they ran."""
-    ordered = sorted(_spans.items(), key=lambda kv: kv[1][0])
-    return {k: round(end - start, 1) for k, (start, end) in ordered}
+    """Seconds per suite (wall clock) and per e2e module (its tests' own time), in the
+    order they started."""
+    rows = [(start, k, end - start) for k, (start, end) in _spans.items()]
+    rows += [(start, k, took) for k, (start, took) in _sums.items()]
+    # modules under their suite: ordered by the suite, then by their first start
+    rows.sort(key=lambda r: (_spans.get(r[1].split("/")[0], [r[0]])[0], "/" in r[1], r[0]))
+    return {k: round(took, 1) for _start, k, took in rows}
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     found = durations()
     if not found:
         return
-    terminalreporter.section("time per suite and e2e module (wall clock)")
+    terminalreporter.section("time per suite (wall clock) and e2e module (its tests' time)")
     for key, seconds in found.items():
         indent = "    " if "/" in key else ""
         terminalreporter.write_line(f"{indent}{key:<44} {seconds:8.1f} s")
