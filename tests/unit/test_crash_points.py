@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,28 @@ def create(name: str, req: DatastoreRequest) -> Operation:
         if req.protocol.startswith("nfs") else ()
     return Operation(f"create-{req.protocol}", lambda c: put(c, name, req), check=check,
                      named=named)
+
+
+def create_batch() -> Operation:
+    """Three creates queued together (issue 24.1: one batch, one reconcile), killed at
+    every point of the batch: each ends served or absent, and its PUT again completes."""
+    reqs = [("ds", NFS), ("lun", LUN), ("ns", NVME)]
+
+    def run(case: Case) -> None:
+        datastores = case.engine.datastores
+        with case.engine.ctx.lock.hold("queueing a batch"):  # so all three queue
+            started = [datastores.put_start(name, req) for name, req in reqs]
+        for f in started:
+            assert isinstance(f, Future)
+            f.result(timeout=10)  # a kill in the writer is raised here
+        assert datastores.creates.batches == [3]
+
+    def check(case: Case) -> None:
+        for name, req in reqs:
+            served_or_gone(case, name)
+            zfs_matches(case, retry_put(case, name, req))
+
+    return Operation("create-batch", run, check=check)
 
 
 def grow(name: str, req: DatastoreRequest) -> Operation:
@@ -483,6 +506,7 @@ OPERATIONS = [
                                                     "tgtuser", "tgtsecret12345")),
                   lun_access_matches),
     create("ns", NVME),
+    create_batch(),
     grow("ns", NVME),
     change_access("ns", NVME, DatastoreRequest(protocol="nvme-tcp", size="128M",
                                                nvme_hosts=[KVM, KVM2]),
