@@ -73,7 +73,8 @@ class Engine:
             self.reconciler, self.datastores.finish_interrupted,
             ctx.settings.health_interval, ctx.settings.reconcile_interval,
             ctx.settings.list_refresh_interval,
-            also=[self.cluster.watch])  # pacemaker's view, for health and the 503
+            also=[self.cluster.watch],  # pacemaker's view, for health and the 503
+            restart_after=ctx.settings.daemon_restart_after)
         self.start_report: rc.ReconcileReport | None = None
 
     @classmethod

@@ -12,6 +12,7 @@ Every key has a default, so a missing file means "defaults". Example::
     max_per_token = 128           # ... by one token (429 beyond)
     create_queue_limit = 256      # datastore creates waiting their turn (503 busy beyond)
     limit_concurrency = 512       # connections uvicorn accepts at once
+    daemon_restart_after = 60     # seconds a running nfs-ganesha may not answer before a restart
     [state]
     dir = "/var/lib/zds"
     [nfs]
@@ -76,6 +77,9 @@ class Settings:
     list_refresh_interval: float = 60.0
     # Seconds between the watcher's cheap checks (pools, daemons) that health answers from.
     health_interval: float = 10.0
+    # Seconds a running daemon may go without answering (nfs-ganesha hung, or its DBus
+    # name lost) before the watcher restarts its unit (0: never). [api] daemon_restart_after
+    daemon_restart_after: float = 60.0
     # Seconds a request waits for the change lock before a 503 "busy".
     lock_timeout: float = 60.0
     # Seconds between metrics collections (0: no collector). [metrics] interval
@@ -186,6 +190,7 @@ def load_settings(path: Path | None = None) -> Settings:
             "list_refresh_interval", base.list_refresh_interval)),
         reconcile_interval=float(api.get("reconcile_interval", base.reconcile_interval)),
         health_interval=float(api.get("health_interval", base.health_interval)),
+        daemon_restart_after=float(api.get("daemon_restart_after", base.daemon_restart_after)),
         lock_timeout=float(api.get("lock_timeout", base.lock_timeout)),
         firstboot_pool=str(first.get("pool", base.firstboot_pool)),
         firstboot_disks=tuple(first.get("disks", base.firstboot_disks)),

@@ -314,6 +314,13 @@ class GaneshaHost(Protocol):
     def available(self) -> bool:
         """True when the server answers (ganesha: on DBus)."""
 
+    def restart_stuck(self) -> bool:
+        """Restarts the server's unit when systemd says it runs: called after it has not
+        answered for a while (a ganesha that hangs, or lost its DBus name, answers nothing
+        while its process lives, and systemd's Restart=on-failure never fires). False
+        when there is nothing to restart: the unit is not active (stopped on purpose, or
+        systemd restarts it by itself), or the server is the kernel's."""
+
     def list_exports(self) -> list[LiveExport]:
         """Exports ganesha serves now (without the pseudo root, id 0): one DBus call."""
 
@@ -481,8 +488,10 @@ class Ganesha:
         *,
         active_window: float | None = 600.0,
         reply_timeout: float = 30.0,
+        unit: str | None = "nfs-ganesha.service",
     ) -> None:
         self.runner = runner
+        self.unit = unit  # its systemd unit (None: not run by systemd, a test's own)
         self.exports_dir = Path(exports_dir).absolute()
         self.dbus_address = dbus_address
         self.active_window = active_window
@@ -561,6 +570,19 @@ class Ganesha:
             self._call(EXPORT_MGR, "org.freedesktop.DBus.Peer.Ping")
         except (Unavailable, GaneshaRefused):
             return False
+        return True
+
+    def restart_stuck(self) -> bool:
+        # `systemctl is-active` prints one word: active, activating, inactive, failed...
+        if self.unit is None:
+            return False
+        try:
+            state = self.runner.run(["systemctl", "is-active", self.unit], check=False)
+        except ZdsError:
+            return False
+        if state.stdout.strip() != "active":
+            return False
+        self.runner.run(["systemctl", "restart", self.unit], timeout=180)
         return True
 
     def list_exports(self) -> list[LiveExport]:

@@ -153,6 +153,11 @@ class Knfsd:
         except (OSError, ValueError):
             return False
 
+    def restart_stuck(self) -> bool:
+        """knfsd is the kernel's: there is no process to restart (its threads are the
+        answer to :meth:`available`)."""
+        return False
+
     def list_exports(self) -> list[LiveExport]:
         """ZDS's exports live now: etab's entries that have a file of ours (an admin's own
         /etc/exports lines are not ZDS's to reconcile, whatever their fsid)."""

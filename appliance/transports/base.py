@@ -139,6 +139,11 @@ class Transport(ABC, Generic[DesiredT, LiveT]):
     def require(self) -> None:
         """Raises Unavailable (saying how to fix it) when a change cannot be served."""
 
+    def restart_daemon(self) -> bool:
+        """Restarts its daemon after it stopped answering (see the watcher); True if it
+        did. The kernel's targets (LIO, nvmet) have no process to restart: False."""
+        return False
+
     # --- desired state ----------------------------------------------------------------
 
     def zfs_properties(self, spec: DatastoreSpec) -> dict[str, str]:

@@ -152,6 +152,9 @@ class NfsTransport(Transport[ExportSpec, NfsLive]):
                     else f"knfsd not running (systemctl start {MAIN_UNIT['knfsd']})")
         return "answering on DBus" if ok else "nfs-ganesha not answering on DBus"
 
+    def restart_daemon(self) -> bool:
+        return self.server.restart_stuck()
+
     def require(self) -> None:
         if not self.available():
             raise Unavailable(f"the NFS server ({self.server_name}) is not running: start it "

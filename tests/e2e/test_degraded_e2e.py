@@ -76,6 +76,37 @@ def test_1_data_before_a_disk_fails(appliance: E2EAppliance, api: httpx.Client,
     state.update(d=d, lun=lun, payload=payload, block=block.read_bytes())
 
 
+def test_1b_a_hung_ganesha_is_restarted_and_serves_again(appliance: E2EAppliance,
+                                                         api: httpx.Client,
+                                                         tmp_path: Path) -> None:
+    """SIGSTOP: ganesha's process lives (systemd says active, so its Restart= never fires)
+    and answers nothing. The watcher restarts it after [api] daemon_restart_after (60 s)
+    and its reconcile gives it the exports back: the host reads its data again."""
+    nfs = Nfs(appliance.nfs_port, appliance.mountd_port, tmp_path)
+    pid = appliance.check("systemctl show -p MainPID --value nfs-ganesha").strip()
+    t0 = time.monotonic()
+    appliance.check(f"kill -STOP {pid}")
+    try:
+        h = wait_health(api, "degraded", timeout=120)
+        assert not h["components"]["ganesha"]["ok"], h
+        deadline = time.monotonic() + 300
+        while True:
+            new = appliance.check("systemctl show -p MainPID --value nfs-ganesha").strip()
+            served = {d["name"]: d["serving"] for d in ok(api.get("/datastores"))}
+            if new not in (pid, "0") and served.get("deg-nfs"):
+                break
+            assert time.monotonic() < deadline, (new, served)
+            time.sleep(5)
+    finally:
+        appliance.exec(f"kill -CONT {pid}")  # if it was never restarted
+    print(f"\n[e2e] hung ganesha restarted and serving again after "
+          f"{time.monotonic() - t0:.0f} s")
+    assert "has not answered" in appliance.check(
+        "journalctl -u zds-api --no-pager | grep 'restarted it' | tail -1")
+    assert nfs.get(state["d"]["nfs"]["path"], "keep.bin") == state["payload"]
+    assert ok(api.get("/system/drift"))["in_sync"]
+
+
 # the shared power cycle (tests/e2e/conftest.py) boots without zdsdata1 (failed) and with
 # an empty zdsdata2; it also swaps the system disk, which test_datastores_e2e.py checks
 @pytest.mark.after_power_cycle(order=0)

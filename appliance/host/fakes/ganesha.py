@@ -43,6 +43,8 @@ _FAMILY = {3: frozenset({"NFSv3", "MNT"}), 4: frozenset({"NFSv41"})}
 @dataclass
 class FakeGanesha:
     down: bool = False
+    stopped: bool = False  # its unit is not active (restart_stuck leaves it be)
+    restarts: int = 0  # restart_stuck's restarts
     missing_paths: set[str] = field(default_factory=set)
     calls: list[tuple[str, int]] = field(default_factory=list)
     _live: dict[int, ExportSpec] = field(default_factory=dict)
@@ -68,6 +70,14 @@ class FakeGanesha:
 
     def available(self) -> bool:
         return not self.down
+
+    def restart_stuck(self) -> bool:
+        if self.stopped:
+            return False
+        self.down = False
+        self.restarts += 1
+        self.restart()
+        return True
 
     def list_exports(self) -> list[LiveExport]:
         self._up("ShowExports", 0)

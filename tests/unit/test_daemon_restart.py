@@ -1,0 +1,122 @@
+"""A daemon whose unit runs but that stopped answering (nfs-ganesha hung, or its DBus name
+lost) is restarted by the watcher after ``daemon_restart_after`` seconds, and the reconcile
+gives it its exports back at once (appliance/watcher.py). The real adapter's commands are
+checked with a recording runner; tests/e2e/test_degraded_e2e.py stops the real ganesha
+with SIGSTOP on the appliance."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from appliance.host.ganesha import Ganesha
+from appliance.host.run import CommandResult
+from appliance.services.datastores import DatastoreRequest
+from appliance.watcher import Watcher
+from tests.unit.conftest import Rig
+
+NFS = DatastoreRequest(protocol="nfs3", size="128M",
+                       nfs_clients=[{"match": "192.0.2.0/24", "access": "rw"}])
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def watcher(rig: Rig, clock: Clock, after: float = 60.0) -> Watcher:
+    return Watcher(rig.engine.reconciler, rig.engine.datastores.finish_interrupted,
+                   health_interval=0, reconcile_interval=0, restart_after=after, clock=clock)
+
+
+def test_a_silent_ganesha_is_restarted_after_the_period_and_serves_again(rig: Rig) -> None:
+    rig.engine.datastores.put("ds", NFS)
+    clock = Clock()
+    w = watcher(rig, clock)
+    rig.ganesha.down = True  # hung: its process runs (the unit is active), no answer
+    w.check()
+    clock.now += 59.0
+    w.check()
+    assert rig.ganesha.restarts == 0  # not before the period
+    clock.now += 1.0
+    w.check()
+    assert rig.ganesha.restarts == 1 and [t for t, _ in w.restarts] == ["nfs"]
+    assert rig.ganesha.list_exports() == []  # a restarted ganesha has nothing live...
+    w.repair()  # ...until the round the restart asked for
+    assert rig.engine.datastores.get("ds").serving
+    assert rig.engine.reconciler.drift() == []
+
+
+def test_an_answer_in_between_starts_the_period_again(rig: Rig) -> None:
+    clock = Clock()
+    w = watcher(rig, clock)
+    rig.ganesha.down = True
+    w.check()
+    clock.now += 50.0
+    rig.ganesha.down = False
+    w.check()
+    rig.ganesha.down = True
+    clock.now += 50.0
+    w.check()
+    clock.now += 50.0
+    w.check()
+    assert rig.ganesha.restarts == 0
+
+
+def test_a_stopped_unit_is_left_alone_and_tried_again_a_period_later(rig: Rig) -> None:
+    """Stopped on purpose (``zds nfs-server knfsd`` masks ganesha) or failed (systemd's
+    Restart= is on it): not the watcher's to restart."""
+    clock = Clock()
+    w = watcher(rig, clock)
+    rig.ganesha.down = rig.ganesha.stopped = True
+    w.check()
+    clock.now += 60.0
+    assert w.restart_silent({"nfs": False}) == []
+    rig.ganesha.stopped = False  # now running and still silent
+    clock.now += 30.0
+    assert w.restart_silent({"nfs": False}) == []  # within the next period
+    clock.now += 30.0
+    assert w.restart_silent({"nfs": False}) == ["nfs"]
+
+
+def test_zero_turns_it_off_and_kernel_targets_have_nothing_to_restart(rig: Rig) -> None:
+    clock = Clock()
+    off = watcher(rig, clock, after=0.0)
+    rig.ganesha.down = True
+    off.check()
+    clock.now += 3600.0
+    off.check()
+    assert rig.ganesha.restarts == 0
+    w = watcher(rig, clock)
+    w.restart_silent({"iscsi": False, "nvme-tcp": False})
+    clock.now += 61.0
+    assert w.restart_silent({"iscsi": False, "nvme-tcp": False}) == []
+
+
+class Recorder:
+    def __init__(self, state: str) -> None:
+        self.state = state
+        self.ran: list[tuple[str, ...]] = []
+
+    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 120.0,
+            check: bool = True, env: object = None) -> CommandResult:
+        self.ran.append(tuple(argv))
+        active = argv[:2] == ["systemctl", "is-active"]
+        # `systemctl is-active` exits 3 for anything but active
+        return CommandResult(tuple(argv), 0 if not active or self.state == "active" else 3,
+                             f"{self.state}\n" if active else "", "")
+
+
+def test_the_real_adapter_restarts_only_an_active_unit(tmp_path: Path) -> None:
+    running = Recorder("active")
+    assert Ganesha(running, tmp_path).restart_stuck()
+    assert running.ran == [("systemctl", "is-active", "nfs-ganesha.service"),
+                           ("systemctl", "restart", "nfs-ganesha.service")]
+    for state in ("inactive", "failed", "activating"):
+        other = Recorder(state)
+        assert not Ganesha(other, tmp_path).restart_stuck()
+        assert other.ran == [("systemctl", "is-active", "nfs-ganesha.service")]
+    assert not Ganesha(running, tmp_path, unit=None).restart_stuck()
