@@ -8,9 +8,11 @@ writes it only for a configured pair and removes Debian's sample otherwise
 (docs/ha.md), so a single appliance never runs a cluster command.
 
 ``crm_mon --one-shot --inactive --output-as=xml`` (pacemaker 2.1.5, api-version 2.25),
-shortened from the test bed (docs/ha.md)::
+shortened from the test bed (docs/ha.md; whole documents captured there are in
+tests/unit/fixtures/pacemaker/bed-*.xml)::
 
     <pacemaker-result api-version="2.25" request="crm_mon --one-shot --inactive ...">
+      <pacemakerd sys_from="pacemakerd" state="running" last_updated="2026-11-26 12:50:02Z"/>
       <summary>
         <stack type="corosync"/>
         <current_dc present="true" version="2.1.5-a3f44794f94" name="ha-a" id="1"

@@ -142,3 +142,24 @@ def test_the_fake_passes_the_contract() -> None:
     fake = FakeCluster.pair("ha-a", "ha-b", {"hapool": "ha-a"})
     cluster_checks.check_cluster(fake, "hapool")
     assert fake.moves == []
+
+
+def test_documents_captured_from_the_bed_after_a_takeover() -> None:
+    """crm_mon, cibadmin and stonith_admin as the HA bed's survivor printed them after
+    ha-b was killed (tests/e2e/test_ha_bed_e2e.py keeps them beside the serial logs)."""
+    s = parse_crm_mon((FIXTURES / "bed-crm_mon.xml").read_text())
+    assert s.running and s.dc == "ha-a" and s.quorum and s.stonith_enabled
+    assert [(n.name, n.online) for n in s.nodes] == [("ha-a", True), ("ha-b", False)]
+    assert [(r.id, r.role, r.node, r.group) for r in s.resources] == [
+        ("zds-fence", "Started", "ha-a", ""),
+        ("zds-hapool-pool", "Started", "ha-a", "zds-hapool"),
+        ("zds-hapool-ip", "Started", "ha-a", "zds-hapool"),
+        ("ha-www", "Started", "ha-a", "zds-hapool")]
+    (g,) = parse_pool_groups((FIXTURES / "bed-cib_resources.xml").read_text())
+    assert (g.pool, g.resource, g.group, g.address) == ("hapool", "zds-hapool-pool",
+                                                        "zds-hapool", "10.96.0.50")
+    events = parse_fence_history((FIXTURES / "bed-stonith_history.xml").read_text())
+    assert [(e.action, e.target, e.status, e.delegate) for e in events] == [
+        ("reboot", "ha-b", "success", "ha-a"), ("on", "ha-b", "success", "ha-b"),
+        ("on", "ha-a", "success", "ha-a")]
+    assert all(e.completed for e in events)
