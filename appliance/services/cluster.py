@@ -243,8 +243,11 @@ class ClusterService:
         result = job.result or {}
         fence: FenceEvent | None = None
         if state is not None:
+            # the node fenced just before this take (never this node itself: a node
+            # that was fenced, came back and takes the pool later took it from no one)
             before = [e for e in state.fencing if e.status == "success"
                       and e.action in ("reboot", "off") and e.completed is not None
+                      and e.target != state.local
                       and job.created - 900 <= e.completed <= (job.finished or 0)]
             fence = max(before, key=lambda e: e.completed or 0.0) if before else None
         return Takeover(pool=str(result.get("pool", job.target or "")),

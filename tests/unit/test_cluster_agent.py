@@ -295,6 +295,13 @@ def test_cluster_status_health_role_and_last_takeover(pair: Pair) -> None:
     t = d["last_takeover"]
     assert t["pool"] == POOL and t["fenced"] == "ha-a" and t["seconds"]["total"] >= 0
     assert d["fencing"][0]["target"] == "ha-a" and d["fencing"][0]["status"] == "success"
+    # seen from ha-a, a take of its own after it was fenced names no fenced node
+    pair.cluster_a.fencing = list(pair.cluster_b.fencing)
+    pair.cluster_a.nodes["ha-a"] = True
+    assert run_agent(pair.b, "stop")[0] == agent.OCF_SUCCESS
+    assert run_agent(pair.a, "start")[0] == agent.OCF_SUCCESS
+    t = pair.a.client.get("/api/v1/cluster").json()["last_takeover"]
+    assert t["pool"] == POOL and t["fenced"] == "", t
 
 
 def test_a_single_appliance_is_as_before(tmp_path: Path) -> None:
