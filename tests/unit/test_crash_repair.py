@@ -123,15 +123,21 @@ def test_a_mountpoint_outside_the_datastores_is_not_mounted(rig: Rig) -> None:
     assert "not ZDS's to mount" in item.action
 
 
-def test_a_zvol_whose_link_udev_lost_is_waited_for_and_served(rig: Rig) -> None:
-    """After an import of many zvols udev has been seen to drop events: the LUN's device
-    is missing, the reconcile re-triggers udev (the wait does) and serves it."""
+def lun_without_its_link(rig: Rig) -> str:
+    """A LUN whose target is gone and whose /dev/zvol link udev lost; its IQN."""
     rig.engine.datastores.put("lun", DatastoreRequest(
         protocol="iscsi", size="128M", initiators=["iqn.2026-11.org.example:esx1"]))
     iqn = rig.engine.datastores.record("lun").iqn
     assert iqn is not None
     rig.lio.remove_target(iqn)
     rig.zfs.drop_link("/dev/zvol/tank/datastores/lun")
+    return iqn
+
+
+def test_a_zvol_whose_link_udev_lost_is_waited_for_and_served(rig: Rig) -> None:
+    """After an import of many zvols udev has been seen to drop events: the LUN's device
+    is missing, the reconcile re-triggers udev (the wait does) and serves it."""
+    iqn = lun_without_its_link(rig)
     report = rig.engine.reconciler.full()
     assert report.ok, report.errors
     assert rig.lio.get_target(iqn) is not None
@@ -139,12 +145,7 @@ def test_a_zvol_whose_link_udev_lost_is_waited_for_and_served(rig: Rig) -> None:
 
 
 def test_a_zvol_link_that_never_comes_is_reported(rig: Rig) -> None:
-    rig.engine.datastores.put("lun", DatastoreRequest(
-        protocol="iscsi", size="128M", initiators=["iqn.2026-11.org.example:esx1"]))
-    iqn = rig.engine.datastores.record("lun").iqn
-    assert iqn is not None
-    rig.lio.remove_target(iqn)
-    rig.zfs.drop_link("/dev/zvol/tank/datastores/lun")
+    iqn = lun_without_its_link(rig)
     rig.zfs.stuck_links.add("/dev/zvol/tank/datastores/lun")
     report = rig.engine.reconciler.full()
     assert report.failures_for("lun") and report.failures_for(iqn)
