@@ -6,11 +6,10 @@ with SIGSTOP on the appliance."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from appliance.host.ganesha import Ganesha
-from appliance.host.run import CommandResult
+from appliance.host.run import RecordingRunner
 from appliance.services.datastores import DatastoreRequest
 from appliance.watcher import Watcher
 from tests.unit.conftest import Rig
@@ -96,27 +95,21 @@ def test_zero_turns_it_off_and_kernel_targets_have_nothing_to_restart(rig: Rig) 
     assert w.restart_silent({"iscsi": False, "nvme-tcp": False}) == []
 
 
-class Recorder:
-    def __init__(self, state: str) -> None:
-        self.state = state
-        self.ran: list[tuple[str, ...]] = []
-
-    def run(self, argv: Sequence[str], *, input: str | None = None, timeout: float = 120.0,
-            check: bool = True, env: object = None) -> CommandResult:
-        self.ran.append(tuple(argv))
-        active = argv[:2] == ["systemctl", "is-active"]
-        # `systemctl is-active` exits 3 for anything but active
-        return CommandResult(tuple(argv), 0 if not active or self.state == "active" else 3,
-                             f"{self.state}\n" if active else "", "")
+def systemd(state: str) -> RecordingRunner:
+    """systemctl answering ``is-active`` with ``state`` (exit 3 for anything but active)."""
+    runner = RecordingRunner()
+    runner.on(["systemctl", "is-active"], stdout=f"{state}\n",
+              returncode=0 if state == "active" else 3)
+    return runner
 
 
 def test_the_real_adapter_restarts_only_an_active_unit(tmp_path: Path) -> None:
-    running = Recorder("active")
+    running = systemd("active")
     assert Ganesha(running, tmp_path).restart_stuck()
-    assert running.ran == [("systemctl", "is-active", "nfs-ganesha.service"),
-                           ("systemctl", "restart", "nfs-ganesha.service")]
+    assert running.calls == [("systemctl", "is-active", "nfs-ganesha.service"),
+                             ("systemctl", "restart", "nfs-ganesha.service")]
     for state in ("inactive", "failed", "activating"):
-        other = Recorder(state)
+        other = systemd(state)
         assert not Ganesha(other, tmp_path).restart_stuck()
-        assert other.ran == [("systemctl", "is-active", "nfs-ganesha.service")]
+        assert other.calls == [("systemctl", "is-active", "nfs-ganesha.service")]
     assert not Ganesha(running, tmp_path, unit=None).restart_stuck()
