@@ -71,6 +71,7 @@ from appliance.host.ganesha_config import (
     export_file_name,
     render_export_block,
 )
+from appliance.host.nfs_units import MAIN_UNIT
 from appliance.host.run import CommandError, Runner
 
 _T = TypeVar("_T")
@@ -488,7 +489,7 @@ class Ganesha:
         *,
         active_window: float | None = 600.0,
         reply_timeout: float = 30.0,
-        unit: str | None = "nfs-ganesha.service",
+        unit: str | None = MAIN_UNIT["ganesha"],
     ) -> None:
         self.runner = runner
         self.unit = unit  # its systemd unit (None: not run by systemd, a test's own)
