@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
-from api.fields import INTEGRAL, Name, text
+from api.fields import INTEGRAL, Int, Name, PoolName, text
 from api.schemas import ProbeTargetName, Strict
 from appliance.patterns import anchored, int_range, no_case
 from appliance.probes import params as p
 from appliance.probes.profiles import PROFILES, ParamSpec, Profile
+from appliance.probes.protocols import BASELINES, MAX_ROUNDS
+from appliance.transports.registry import protocols
 
 _SIZE_NUMBER = "0*[1-9][0-9]*"  # not 0
 _SIZE_UNIT = "[KkMmGgTt]?(?:[Ii]?[Bb])?"
@@ -125,6 +127,42 @@ def _run_model(name: str) -> type[RunBase]:
     return model
 
 
+# the legs a comparison may name: every protocol, and the baseline of each storage kind
+LEG_NAMES = (*BASELINES.values(), *protocols())
+FIO_PROFILES = tuple(n for n, prof in PROFILES.items() if prof.kind == "fio")
+if TYPE_CHECKING:
+    LegName = str
+else:
+    LegName = Literal[LEG_NAMES]
+
+
+class ComparisonBase(Strict):
+    """What every protocol comparison has; the profile's own model adds ``profile`` and
+    ``overrides``."""
+
+    pool: PoolName = Field(description="the pool whose scratch datasets and zvols are "
+                           "measured")
+    profile: str
+    legs: list[LegName] = Field(
+        default_factory=list, max_length=len(LEG_NAMES),
+        description="protocols and baselines (dataset, zvol) to run, in this order; "
+                    "empty: every one this appliance serves")
+    rounds: Int = Field(default=1, ge=1, le=MAX_ROUNDS,
+                        description="each leg runs once per round; odd rounds in reverse")
+    overrides: BaseModel
+
+
+def _comparison_model(name: str) -> type[ComparisonBase]:
+    params = PARAMS[name]
+    model: type[ComparisonBase] = create_model(
+        f"ProbeComparison{_camel(name)}", __base__=ComparisonBase,
+        __doc__=f"A protocol comparison of {name}.",
+        profile=(Literal[name], ...),  # type: ignore[valid-type,arg-type]
+        overrides=(params, Field(default_factory=params,
+                                 description="the profile's parameters to change")))
+    return model
+
+
 class ClientTarget(BaseModel):
     """Where a client measured: ``kind`` client and the datastore (others kept as sent)."""
 
@@ -181,7 +219,11 @@ def _result_model(name: str) -> type[ResultBase]:
 if TYPE_CHECKING:
     ProbeRun = RunBase
     ProbeResultIn = ResultBase
+    ProbeComparisonRun = ComparisonBase
 else:
+    ProbeComparisonRun = Annotated[
+        Union[tuple(_comparison_model(n) for n in FIO_PROFILES)],  # noqa: UP007
+        Field(discriminator="profile")]
     ProbeRun = Annotated[Union[tuple(_run_model(n) for n in PROFILES)],  # noqa: UP007
                          Field(discriminator="profile")]
     ProbeResultIn = Annotated[Union[tuple(_result_model(n) for n in PROFILES)],  # noqa: UP007

@@ -1,9 +1,15 @@
-"""``zds probe``: list | profiles | run | show | compare | plot | report | cancel.
+"""``zds probe``: list | profiles | run | show | compare | plot | report | cancel |
+protocols | comparison.
 
 ``zds probe run PROFILE --datastore D`` asks the appliance to run a probe (a job) and
 prints the result. With ``--path P`` (or ``--device DEV --force``, or ``--here`` for
 rtt/net-throughput) it runs in *client mode*: fio runs on this machine against the mounted
 datastore and the result is posted to the API, so it sits beside the appliance's own.
+
+``zds probe protocols PROFILE --pool P`` runs the protocol comparison (the same profile
+through every protocol and on a dataset and a zvol, interleaved) and prints its table;
+``zds probe comparison ID`` prints one again, ``--plot``/``--report`` write its chart or
+HTML page.
 """
 
 from __future__ import annotations
@@ -182,10 +188,59 @@ def cmd_probe(args: argparse.Namespace) -> int:
         else:
             Path(args.output).write_text(resp.text)
             out(args, {"written": args.output}, lambda d: f"wrote {d['written']}")
+    elif cmd == "protocols":
+        body: dict[str, Any] = {"pool": args.pool, "profile": args.profile,
+                                "rounds": args.rounds, "overrides": _overrides(args)}
+        if args.leg:
+            body["legs"] = args.leg
+        job = c.call("POST", "/probes/comparisons", body, params={"wait": min(args.wait, 600)})
+        deadline = time.monotonic() + args.wait
+        while job["state"] in ("queued", "running") and time.monotonic() < deadline:
+            job = c.call("GET", f"/jobs/{job['id']}",
+                         params={"wait": min(600, max(1, deadline - time.monotonic()))})
+        if job["state"] in ("queued", "running"):
+            out(args, job, lambda j: f"comparison {j['comparison_id']} still {j['state']} "
+                                      f"(job {j['id']})")
+            return 0
+        return _show_comparison(args, c, job["comparison_id"])
+    elif cmd == "comparison":
+        return _show_comparison(args, c, args.id)
     elif cmd == "cancel":
         out(args, c.call("POST", f"/probes/{args.id}/cancel"),
              lambda d: f"cancelled {d['cancelled']}")
     return 0
+
+
+COMPARISON_COLS = [("leg", "leg"), ("baseline", "vs"), ("runs", "runs"), ("iops", "IOPS"),
+                   ("mbps", "MB/s"), ("lat_p50_ms", "p50 ms"), ("lat_p99_ms", "p99 ms"),
+                   ("cpu_us_per_io", "CPU us/IO"), ("iops_vs_baseline", "IOPS/vs"),
+                   ("p99_vs_baseline", "p99/vs")]
+
+
+def describe_comparison(v: dict[str, Any]) -> str:
+    lines = [f"comparison {v['id']}: {v['profile']} on pool {v['pool']}, {v['rounds']} "
+             f"round(s){'' if v['complete'] else ' (not complete)'}",
+             table([{label: _fmt(row.get(k)) if k not in ("leg", "baseline") else
+                     (row[k] or "-") for k, label in COMPARISON_COLS} for row in v["rows"]],
+                   [label for _, label in COMPARISON_COLS])]
+    failed = [r for r in v["results"] if r["status"] != "ok"]
+    lines += [f"  {r['leg']} round {r['round']}: {r['status']} {r['error']} ({r['id']})"
+              for r in failed]
+    return "\n".join(lines)
+
+
+def _show_comparison(args: argparse.Namespace, c: Any, comparison_id: str) -> int:
+    v = c.call("GET", f"/probes/comparisons/{comparison_id}")
+    for path, what, query in ((args.plot, "plot", {"format": "png" if str(args.plot)
+                                                    .endswith(".png") else "svg"}),
+                              (args.report, "report", {})):
+        if path:
+            resp = c.http.get(f"/probes/comparisons/{comparison_id}/{what}", params=query)
+            if resp.status_code >= 400:
+                raise SystemExit(f"zds: {resp.status_code} {resp.text}")
+            Path(path).write_bytes(resp.content)
+    out(args, v, describe_comparison)
+    return 0 if v["complete"] and all(r["status"] == "ok" for r in v["results"]) else 1
 
 
 def register(sub: Any) -> None:
@@ -245,4 +300,20 @@ def register(sub: Any) -> None:
     rp.add_argument("-o", "--output", default="zds-probe-report.html", help="'-' = stdout")
     rp.add_argument("--title", default="ZDS probe report")
     ps.add_parser("cancel", help="stop a running probe").add_argument("id")
+    pr = ps.add_parser("protocols", help="one profile through every protocol and on ZFS, "
+                                         "side by side (the protocol comparison)")
+    pr.add_argument("profile")
+    pr.add_argument("--pool", required=True)
+    pr.add_argument("--leg", action="append", metavar="LEG",
+                    help="a protocol or baseline (dataset, zvol) to run; repeat; "
+                         "default: every one")
+    pr.add_argument("--rounds", type=int, default=1)
+    pr.add_argument("--set", action="append", metavar="KEY=VALUE",
+                    help="override a parameter of the profile (runtime=30, size=1g ...)")
+    pr.add_argument("--preset", choices=["default", "full"])
+    pr.add_argument("--wait", type=float, default=3600)
+    for cp in (pr, cm := ps.add_parser("comparison", help="one protocol comparison again")):
+        cp.add_argument("--plot", metavar="FILE", help="write its chart (.png or .svg)")
+        cp.add_argument("--report", metavar="FILE", help="write its HTML page")
+    cm.add_argument("id")
     p.set_defaults(func=cmd_probe)

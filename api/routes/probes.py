@@ -14,12 +14,18 @@ from api import convert, schemas
 from api.deps import EngineDep, PrincipalDep
 from api.fields import query
 from api.routes.common import ERRORS, WaitQuery, finished
-from api.schemas_probes import ProbeResultIn, ProbeRun, given
+from api.schemas_probes import ProbeComparisonRun, ProbeResultIn, ProbeRun, given
 from appliance.errors import NotFound
 from appliance.patterns import anchored
 from appliance.probes import plots
 from appliance.probes.model import ProbeResult
-from appliance.probes.service import MAX_PLOT_IDS, ProbeRequest, submit
+from appliance.probes.service import (
+    MAX_PLOT_IDS,
+    ComparisonRequest,
+    ProbeRequest,
+    submit,
+    submit_comparison,
+)
 from appliance.probes.store import ResultFilter
 
 MAX_OFFSET = 1 << 31  # SQLite takes 64-bit integers; nobody pages that far
@@ -100,6 +106,85 @@ async def run_probe(body: ProbeRun, engine: EngineDep, _: PrincipalDep,
     probe_id, job = await run_in_threadpool(submit, engine.jobs, engine.probes, request)
     job = await finished(engine, job, wait)
     return ProbeJobOut(**convert.job_out(job).model_dump(), result_id=probe_id)
+
+
+class ComparisonJobOut(schemas.JobOut):
+    comparison_id: str = Field(description="GET /probes/comparisons/{id}: the table, "
+                                           "filled in as each leg ends")
+
+
+class ComparisonRowOut(BaseModel):
+    leg: str
+    target: str
+    baseline: str = Field(description="the leg this one is measured against ('' for a "
+                                      "baseline)")
+    runs: int
+    failed: int
+    iops: float | None
+    mbps: float | None
+    lat_p50_ms: float | None
+    lat_p99_ms: float | None
+    cpu_pct: float | None = Field(description="the appliance's CPU busy %, median")
+    cpu_us_per_io: float | None = Field(description="the appliance's CPU time per I/O "
+                                                    "(busy fraction x CPUs / IOPS)")
+    iops_vs_baseline: float | None
+    p99_vs_baseline: float | None
+
+
+class ComparisonRunOut(BaseModel):
+    id: str
+    leg: str | None
+    round: int | None
+    status: str
+    error: str
+
+
+class ComparisonOut(BaseModel):
+    id: str
+    pool: str
+    profile: str
+    legs: list[str]
+    rounds: int
+    complete: bool = Field(description="every leg has run in every round")
+    rows: list[ComparisonRowOut] = Field(description="one per leg: medians over its rounds")
+    results: list[ComparisonRunOut] = Field(description="every run, in running order: "
+                                                        "GET /probes/results/{id}")
+
+
+@router.post("/comparisons", status_code=202, response_model=ComparisonJobOut)
+async def run_comparison(body: ProbeComparisonRun, engine: EngineDep, _: PrincipalDep,
+                         wait: WaitQuery = 0) -> ComparisonJobOut:
+    """The same fio profile on one pool through every protocol (and straight on a
+    dataset and a zvol as the baselines), interleaved over ``rounds``: one job."""
+    request = ComparisonRequest(body.pool, body.profile, tuple(body.legs), body.rounds,
+                                given(body.overrides))
+    comparison_id, job = await run_in_threadpool(submit_comparison, engine.jobs,
+                                                 engine.probes, request)
+    job = await finished(engine, job, wait)
+    return ComparisonJobOut(**convert.job_out(job).model_dump(), comparison_id=comparison_id)
+
+
+@router.get("/comparisons/{comparison_id}", response_model=ComparisonOut)
+def get_comparison(comparison_id: str, engine: EngineDep, _: PrincipalDep) -> ComparisonOut:
+    """The table (one row per leg: IOPS, MB/s, latency, the appliance's CPU per I/O, each
+    against its baseline) and every run so far."""
+    return ComparisonOut(**engine.probes.comparison(comparison_id))
+
+
+@router.get("/comparisons/{comparison_id}/plot",
+            responses={200: {"content": {"image/svg+xml": {}, "image/png": {}}}})
+def plot_comparison(comparison_id: str, engine: EngineDep, _: PrincipalDep,
+                    format: Literal["svg", "png"] = "svg") -> Response:
+    """IOPS, p99 latency and CPU per I/O, one bar per leg."""
+    return Response(content=engine.probes.comparison_plot(comparison_id, format),
+                    media_type="image/svg+xml" if format == "svg" else "image/png")
+
+
+@router.get("/comparisons/{comparison_id}/report", response_class=HTMLResponse)
+def comparison_report(comparison_id: str, engine: EngineDep,
+                      _: PrincipalDep) -> HTMLResponse:
+    """One self-contained HTML page: the table, the chart, then every run."""
+    return HTMLResponse(engine.probes.comparison_report(comparison_id))
 
 
 @router.post("/results", status_code=201, response_model=ProbeResultOut)

@@ -4,8 +4,11 @@ Sample of /proc/stat's first line (USER_HZ ticks: user nice system idle iowait i
 softirq steal guest guest_nice)::
 
     cpu  1210093 2046 540180 37520212 60129 0 19262 0 0 0
+    cpu0 605046 1023 270090 18760106 30064 0 9631 0 0 0
+    cpu1 605047 1023 270090 18760106 30065 0 9631 0 0 0
 
-Busy = everything but idle + iowait. Sample of arcstats (kstat: name type data)::
+Busy = everything but idle + iowait; the ``cpuN`` lines count the CPUs it is spread over.
+Sample of arcstats (kstat: name type data)::
 
     13 1 0x01 147 39984 6171196286 1212483766371
     name                            type data
@@ -36,6 +39,12 @@ def parse_proc_stat(text: str) -> tuple[int, int]:
     raise ValueError("no aggregate cpu line in /proc/stat")
 
 
+def count_cpus(text: str) -> int:
+    """The online CPUs: the ``cpuN`` lines after the aggregate one."""
+    return sum(1 for line in text.splitlines()
+               if line.startswith("cpu") and line[3:4].isdigit())
+
+
 def parse_arcstats(text: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for line in text.splitlines()[2:]:
@@ -62,6 +71,10 @@ class SysStats:
 
     def cpu_ticks(self) -> tuple[int, int]:
         return parse_proc_stat((self.root / "stat").read_text())
+
+    def cpus(self) -> int:
+        """How many CPUs the busy % of :meth:`cpu_ticks` is spread over."""
+        return count_cpus((self.root / "stat").read_text())
 
     def arcstats(self) -> dict[str, int] | None:
         """None when ZFS is not loaded (no arcstats file)."""

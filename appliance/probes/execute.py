@@ -213,6 +213,7 @@ class ProbeExecutor:
                 mean = sampler.stop()
                 pcts = [p for _t, p in sampler.samples]
                 result.cpu = {"mean_pct": mean, "max_pct": max(pcts) if pcts else mean,
+                              "cpus": self._cpus(),
                               "series": [[t, p] for t, p in sampler.samples]}
             delta = arc_delta(arc_before, self.stats.arcstats() if self.stats else None)
             if delta is not None:
@@ -223,6 +224,13 @@ class ProbeExecutor:
             result.status = "cancelled"
         result.summary = summarize(result.steps, profile.summary_rule)
         return result
+
+    def _cpus(self) -> int | None:
+        """The CPUs the busy % is spread over (CPU time per I/O needs it)."""
+        try:
+            return self.stats.cpus() if self.stats else None
+        except (OSError, ValueError):
+            return None
 
     # ------------------------------------------------------------------ fio
     def _run_fio(self, profile: Profile, params: dict[str, Any], target: ProbeTarget,

@@ -7,6 +7,9 @@ Kinds:
   size, streams), one line per result
 - ``size-sweep``: mean ms per object size, write and read, cache and disk, one bar per
   result (local vs datastore)
+
+and :func:`render_comparison`: a protocol comparison's IOPS, p99 latency and CPU time per
+I/O, one bar per leg (appliance.probes.protocols).
 """
 
 from __future__ import annotations
@@ -64,6 +67,35 @@ def render(kind: str, results: list[ProbeResult], fmt: str = "svg") -> bytes:
     plt = _plt()
     fig = {"timeseries": _timeseries, "percentiles": _percentiles, "sweep": _sweep,
            "size-sweep": _size_sweep}[kind](plt, results)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, dpi=100, bbox_inches="tight",
+                metadata={"Date": None} if fmt == "svg" else None)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def render_comparison(rows: list[dict[str, Any]], title: str, fmt: str = "svg") -> bytes:
+    """Three bar charts side by side, one bar per leg (baselines hatched)."""
+    if fmt not in FORMATS:
+        raise InvalidInput(f"format: expected svg or png, got {fmt!r}")
+    plt = _plt()
+    fig, axes = plt.subplots(1, 3, figsize=(11, 3.8))
+    names = [r["leg"] for r in rows]
+    for ax, (key, label) in zip(axes, (("iops", "IOPS (higher is better)"),
+                                       ("lat_p99_ms", "p99 latency, ms (lower is better)"),
+                                       ("cpu_us_per_io", "CPU us per I/O (lower is better)")),
+                                strict=True):
+        values = [r.get(key) or 0.0 for r in rows]
+        bars = ax.bar(names, values, color=["#bbbbbb" if not r["baseline"] else "#3b75af"
+                                            for r in rows])
+        for bar, r in zip(bars, rows, strict=True):
+            if not r["baseline"]:
+                bar.set_hatch("//")
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(axis="x", labelrotation=30, labelsize=8)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=100, bbox_inches="tight",
                 metadata={"Date": None} if fmt == "svg" else None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Any
 
 from appliance.probes import compare, plots
 from appliance.probes.model import SUMMARY_KEYS, ProbeResult
@@ -67,9 +68,32 @@ def _svg(kind: str, results: list[ProbeResult]) -> str:
     return f"<div class='svg'>{svg[start:]}</div>"
 
 
-def render_html(results: list[ProbeResult], title: str = "ZDS probe report") -> str:
+def render_comparison_html(view: dict[str, Any], results: list[ProbeResult]) -> str:
+    """A protocol comparison (appliance.probes.protocols.view): its table and chart
+    first, then every run as :func:`render_html` shows it."""
+    title = (f"ZDS protocol comparison {view['id']}: {view['profile']} on pool "
+             f"{view['pool']}, {view['rounds']} round(s)")
+    head = ["leg", "target", "baseline", "runs", "failed", "IOPS", "MB/s", "p50 ms",
+            "p99 ms", "CPU %", "CPU us/IO", "IOPS / baseline", "p99 / baseline"]
+    keys = ["leg", "target", "baseline", "runs", "failed", "iops", "mbps", "lat_p50_ms",
+            "lat_p99_ms", "cpu_pct", "cpu_us_per_io", "iops_vs_baseline", "p99_vs_baseline"]
+    svg = plots.render_comparison(view["rows"], title, "svg").decode()
+    preface = ("<p>Each leg runs the same profile on a scratch dataset or zvol of the pool, "
+               "made with that protocol's datastore properties; the protocols reach it over "
+               "loopback inside the appliance, the baselines (dataset, zvol) without a "
+               "protocol. Figures are medians over the rounds; CPU is the whole "
+               "appliance's.</p>"
+               + _table(head, ([row.get(k) for k in keys] for row in view["rows"]), left=3)
+               + f"<div class='svg'>{svg[svg.find('<svg'):]}</div>")
+    return render_html(results, title, preface)
+
+
+def render_html(results: list[ProbeResult], title: str = "ZDS probe report",
+                preface: str = "") -> str:
+    """One page: a table of the results, comparisons by profile, then each result;
+    ``preface`` (already HTML) goes under the title."""
     parts = [f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{_e(title)}</title>"
-             f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>"]
+             f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>{preface}"]
     parts.append(_table(
         ["id", "profile", "target", "datastore", "status", "started", "IOPS", "MB/s",
          "mean ms", "p99 ms", "CPU %", "ARC hit"],

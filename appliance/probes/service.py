@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Mapping
@@ -25,10 +26,10 @@ from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable, ZdsError
 from appliance.host.factory import ProbeHosts
 from appliance.host.localfs import DeviceFs
-from appliance.host.zfs import ZfsHost
+from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.jobs import JobCancelled, JobContext, JobManager
 from appliance.probes import compare as _compare
-from appliance.probes import plots, profiles, report, semantics
+from appliance.probes import plots, profiles, protocols, report, semantics
 from appliance.probes.attach import Attacher, DatastoreRef, TransportAttach
 from appliance.probes.execute import (
     CancelToken,
@@ -43,6 +44,7 @@ from appliance.probes.params import Params
 from appliance.probes.profiles import Profile
 from appliance.probes.safety import ProbeRegistry, Scratch, ScratchManager, footprint
 from appliance.probes.store import ProbeStore, ResultFilter
+from appliance.transports.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -75,8 +77,21 @@ class Planned:
     params: Params
     ref: DatastoreRef
     need: int  # bytes the probe writes at most
+    # a comparison's leg has no datastore: the scratch is made like these properties
+    # (the protocol's datastore defaults) and the result records ``settings`` as given
+    like: DatasetInfo | None = None
+    settings: Mapping[str, Any] | None = None
 
 
+@dataclass(frozen=True)
+class ComparisonRequest:
+    """``POST /probes/comparisons``: one profile on one pool through several legs."""
+
+    pool: str
+    profile: str
+    legs: tuple[str, ...] = ()  # protocols and baselines; () = every one available
+    rounds: int = 1
+    overrides: Mapping[str, Any] = field(default_factory=dict)
 
 
 class ProbeService:
@@ -92,6 +107,7 @@ class ProbeService:
         registry: ProbeRegistry | None = None,
         devfs: DeviceFs | None = None,
         mount_root: str = "/run/zds/probes",
+        storages: Mapping[str, Storage] | None = None,
     ) -> None:
         self.store = store
         self.executor = executor
@@ -106,6 +122,8 @@ class ProbeService:
         self.registry = registry or ProbeRegistry()
         self.devfs = devfs
         self.mount_root = mount_root.rstrip("/")
+        # protocol -> the storage its datastores are (a comparison's scratch is made so)
+        self.storages = dict(storages or {})
         self._cleaned: set[str] = set()
         # called with (datastore, probe id) after fio ends, before the scratch, its export
         # or LUN go away (the metrics collector takes its last reading of them)
@@ -124,7 +142,11 @@ class ProbeService:
         if req.target not in (kinds := target_kinds()) or req.target == "client":
             raise InvalidInput(f"target: expected {', '.join(kinds[:-1])} (client "
                                "results are posted by `zds probe run` on the client)")
-        ref = self.lookup(req.datastore)
+        return self._plan(req, profile, params, self.lookup(req.datastore))
+
+    def _plan(self, req: ProbeRequest, profile: Profile, params: Params, ref: DatastoreRef,
+              like: DatasetInfo | None = None,
+              settings: Mapping[str, Any] | None = None) -> Planned:
         if profile.kind == "fio":
             own = self.targets.get(ref.protocol)
             if req.target != "local" and own is not None and req.target != own:
@@ -148,12 +170,16 @@ class ProbeService:
                            detail={"probe": busy})
         if self.scratch is not None and need:
             self.scratch.check_space(ref.pool, need)
-        return Planned(req, profile, params, ref, need)
+        return Planned(req, profile, params, ref, need, like, settings)
 
     def run(self, req: ProbeRequest, probe_id: str | None = None,
             cancel: CancelToken | None = None) -> ProbeResult:
         """Runs one probe to the end (the job body). Always saves a result."""
-        planned = self.plan(req)
+        return self._run(self.plan(req), probe_id, cancel)
+
+    def _run(self, planned: Planned, probe_id: str | None = None,
+             cancel: CancelToken | None = None) -> ProbeResult:
+        req = planned.request
         probe_id = probe_id or new_id()
         cancel = cancel or CancelToken()
         ref = planned.ref
@@ -162,7 +188,8 @@ class ProbeService:
             scratch: Scratch | None = None
             target: ProbeTarget | None = None
             attacher: Attacher | None = None
-            settings = dict(self.settings_for(ref))
+            settings = dict(self.settings_for(ref) if planned.settings is None
+                            else planned.settings)
             started = now_iso()
             cleanup_errors: list[str] = []
             try:
@@ -235,7 +262,7 @@ class ProbeService:
         if self.scratch is None or self.zfs is None:
             raise Unavailable("ZFS is not available: no scratch dataset can be made")
         ref = planned.ref
-        like = self.zfs.get_dataset(ref.dataset)
+        like = planned.like or self.zfs.get_dataset(ref.dataset)
         if like is None:
             raise NotFound(f"dataset {ref.dataset} of datastore {ref.name} is missing")
         scratch = self.scratch.create(ref.pool, ref.name, probe_id, planned.need,
@@ -300,6 +327,99 @@ class ProbeService:
         with contextlib.suppress(ZdsError):
             for name in self.scratch.clean_leftovers(pool, keep=running):
                 log.warning("removed probe scratch %s left by an earlier run", name)
+
+    # ----------------------------------------------------------------- comparisons
+    def legs(self) -> dict[str, protocols.Leg]:
+        """Every leg this appliance can run: the protocols whose transport attaches a
+        probe on loopback, and the baseline of each storage kind among them."""
+        return protocols.legs_for(
+            (proto, target, self.storages[proto].is_volume)
+            for proto, target in self.targets.items()
+            if target in self.attachers and proto in self.storages)
+
+    def plan_comparison(self, req: ComparisonRequest, comparison_id: str
+                        ) -> list[tuple[int, Planned]]:
+        """Every run of a comparison, in running order, each checked like a probe."""
+        available = self.legs()
+        profile = profiles.get(req.profile)
+        if profile.kind != "fio":
+            raise InvalidInput(f"profile {profile.name} measures the network, not a "
+                               "protocol: a comparison runs fio profiles")
+        if not 1 <= req.rounds <= protocols.MAX_ROUNDS:
+            raise InvalidInput(f"rounds: 1 to {protocols.MAX_ROUNDS}")
+        if self.zfs is None or self.zfs.get_dataset(req.pool) is None:
+            raise NotFound(f"pool {req.pool!r} not found")
+        asked = list(dict.fromkeys(req.legs)) or list(available)
+        unknown = [name for name in asked if name not in available]
+        if unknown:
+            raise InvalidInput(f"legs: {', '.join(unknown)} cannot be compared here; "
+                               f"expected some of {', '.join(available)}",
+                               detail={"available": list(available)})
+        legs = [available[name] for name in asked]
+        params = profile.resolve(dict(req.overrides))
+        name = protocols.datastore_of(comparison_id)
+        planned: dict[str, Planned] = {}
+        for leg in legs:
+            storage = self.storages[leg.protocol]
+            ref = DatastoreRef(name, req.pool, req.pool, leg.is_volume, leg.protocol)
+            like = DatasetInfo(f"({leg.name} defaults)",
+                               "volume" if storage.is_volume else "filesystem",
+                               storage.defaults)
+            planned[leg.name] = self._plan(
+                ProbeRequest(req.profile, name, leg.target, dict(req.overrides)),
+                profile, params, ref, like, settings={})
+        return [(r, self._with_leg(planned[leg.name], leg, r, seq, req, comparison_id, legs))
+                for seq, (r, leg) in enumerate(protocols.schedule(legs, req.rounds))]
+
+    @staticmethod
+    def _with_leg(planned: Planned, leg: protocols.Leg, round_: int, seq: int,
+                  req: ComparisonRequest, comparison_id: str,
+                  legs: builtins.list[protocols.Leg]) -> Planned:
+        from appliance import __version__
+
+        settings = {"zds_version": __version__, "comparison": {
+            "id": comparison_id, "pool": req.pool, "leg": leg.name, "target": leg.target,
+            "baseline": leg.baseline, "round": round_, "seq": seq, "rounds": req.rounds,
+            "legs": [x.name for x in legs]},
+            "scratch_like": dict(planned.like.properties) if planned.like else {}}
+        return dataclasses.replace(planned, settings=settings)
+
+    def run_comparison(self, runs: builtins.list[tuple[int, Planned]],
+                       cancel: CancelToken | None = None,
+                       progress: Callable[[int, int], None] | None = None
+                       ) -> builtins.list[ProbeResult]:
+        """Runs the planned legs one after the other (the job body); stops when cancelled.
+        A leg that fails is recorded and the comparison goes on."""
+        cancel = cancel or CancelToken()
+        out: builtins.list[ProbeResult] = []
+        for i, (_round, planned) in enumerate(runs):
+            if cancel.cancelled:
+                break
+            if progress:
+                progress(i, len(runs))
+            out.append(self._run(planned, None, cancel))
+        return out
+
+    def comparison(self, comparison_id: str) -> dict[str, Any]:
+        """A comparison read back from its results (404 when it has none yet)."""
+        return protocols.view(comparison_id, self.comparison_results(comparison_id))
+
+    def comparison_plot(self, comparison_id: str, fmt: str) -> bytes:
+        v = self.comparison(comparison_id)
+        return plots.render_comparison(
+            v["rows"], f"{v['profile']} on pool {v['pool']}: comparison {v['id']}", fmt)
+
+    def comparison_report(self, comparison_id: str) -> str:
+        results = self.comparison_results(comparison_id)
+        return report.render_comparison_html(protocols.view(comparison_id, results), results)
+
+    def comparison_results(self, comparison_id: str) -> builtins.list[ProbeResult]:
+        """Its results in running order (404 when it has none yet)."""
+        results = self.store.list(ResultFilter(
+            datastore=protocols.datastore_of(comparison_id), limit=10_000))
+        if not results:
+            raise NotFound(f"no protocol comparison {comparison_id!r}")
+        return sorted(results, key=protocols.running_order)
 
     def cancel(self, probe_id: str) -> bool:
         return self.registry.cancel(probe_id)
@@ -403,6 +523,7 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
 
     workroot = str(Path(ctx.settings.state_dir) / "probes")
     targets = {p: t.probe_target for t in ctx.transports for p in t.protocols}
+    storages = {p: t.storage for t in ctx.transports for p in t.protocols}
     if hosts is None:
         from appliance.host.fio import Fio
         from appliance.host.run import SubprocessRunner
@@ -417,7 +538,7 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
         t.probe_target: TransportAttach(t.probe_target, t.probe_attacher(hosts))
         for t in ctx.transports}
     return ProbeService(ProbeStore(ctx.store.connect), executor, lookup, ctx.zfs, attachers,
-                        settings_for, targets, devfs=hosts.devfs)
+                        settings_for, targets, devfs=hosts.devfs, storages=storages)
 
 
 def submit(jobs: JobManager, svc: ProbeService, req: ProbeRequest) -> tuple[str, Any]:
@@ -454,3 +575,34 @@ def submit(jobs: JobManager, svc: ProbeService, req: ProbeRequest) -> tuple[str,
                              message=f"probe {probe_id}: {planned.profile.name} "
                                      f"({req.target})")
     return probe_id, job
+
+
+def submit_comparison(jobs: JobManager, svc: ProbeService, req: ComparisonRequest
+                      ) -> tuple[str, Any]:
+    """Checks a protocol comparison, then runs it as one job; returns (its id, the job).
+    Its results appear under GET /probes/comparisons/{id} as each leg ends."""
+    comparison_id = new_id()
+    runs = svc.plan_comparison(req, comparison_id)
+
+    def body(ctx: JobContext) -> dict[str, Any]:
+        token = CancelToken()
+        ctx.on_cancel.append(lambda: token.cancel(interrupted=ctx.stopping))
+
+        def progress(i: int, n: int) -> None:
+            if ctx.cancel_event.is_set():
+                token.cancel(interrupted=ctx.stopping)
+            leg = runs[i][1].settings or {}
+            ctx.progress(i / n, f"comparison {comparison_id}: "
+                                f"{leg.get('comparison', {}).get('leg')} ({i + 1} of {n})")
+
+        results = svc.run_comparison(runs, token, progress)
+        if token.cancelled:
+            raise JobCancelled()
+        failed = [r.id for r in results if r.status != "ok"]
+        return {"comparison_id": comparison_id, "results": [r.id for r in results],
+                "failed": failed}
+
+    job = jobs.submit("probe", req.pool, body,
+                      message=f"protocol comparison {comparison_id}: {req.profile} on "
+                              f"{req.pool}, {len(runs)} runs")
+    return comparison_id, job

@@ -55,6 +55,7 @@ def no_probe_leftovers(appliance: E2EAppliance) -> None:
     _rc, sessions = appliance.exec("iscsiadm -m session 2>&1")
     assert ".probe:" not in sessions
     assert "/run/zds/probes" not in appliance.check("cat /proc/mounts")
+    assert ".probe:" not in appliance.check("ls /sys/kernel/config/nvmet/subsystems")
 
 
 def ensure_pool(api: httpx.Client) -> None:
@@ -144,6 +145,36 @@ def test_every_profile_runs_by_name(api: httpx.Client, appliance: E2EAppliance,
         elif name == "varmail" and target == "iscsi":
             assert r["target"]["fs"] == "ext4" and r["target"]["iqn"], r["target"]
     assert failed == {}
+    no_probe_leftovers(appliance)
+
+
+def test_protocol_comparison_measures_every_protocol_and_zfs_side_by_side(
+        api: httpx.Client, appliance: E2EAppliance) -> None:
+    """One profile through NFSv3, NFSv4.1, iSCSI and NVMe/TCP, and on a dataset and a
+    zvol with no protocol: one job, a row per leg with the appliance's CPU per I/O."""
+    job = ok(api.post("/probes/comparisons", params={"wait": 600}, json={
+        "pool": "tank", "profile": "randread-4k-qd32",
+        "overrides": {"runtime": 2, "ramp": 0, "size": "16m"}}), 202)
+    while job["state"] in ("queued", "running"):
+        job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 600}))
+    assert job["state"] == "succeeded", job
+    v = ok(api.get(f"/probes/comparisons/{job['comparison_id']}"))
+    legs = ["dataset", "nfs3", "nfs41", "zvol", "iscsi", "nvme-tcp"]
+    assert v["legs"] == legs and v["complete"], v
+    for row in v["rows"]:
+        assert row["runs"] == 1 and row["failed"] == 0, v["results"]
+        assert row["iops"] > 0 and 0 < row["lat_p50_ms"] <= row["lat_p99_ms"], row
+        assert row["cpu_us_per_io"] > 0, row  # the appliance's CPU, over its vCPUs
+        assert (row["iops_vs_baseline"] is None) == (row["leg"] in ("dataset", "zvol"))
+    by = {r["leg"]: r["id"] for r in v["results"]}
+    nfs41 = ok(api.get(f"/probes/results/{by['nfs41']}"))
+    assert nfs41["target"]["kind"] == "nfs" and nfs41["target"]["nfs_version"] == 4
+    nvme = ok(api.get(f"/probes/results/{by['nvme-tcp']}"))
+    assert nvme["target"]["kind"] == "nvme" and nvme["settings"]["scratch"][
+        "volblocksize"] == "16384", nvme["settings"]
+    png = api.get(f"/probes/comparisons/{job['comparison_id']}/plot",
+                  params={"format": "png"})
+    assert png.status_code == 200 and png.content.startswith(b"\x89PNG")
     no_probe_leftovers(appliance)
 
 
