@@ -31,7 +31,7 @@ if (why := browser.available()) is not None:
 
 FIX = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "fio"
 ADMIN_ONLY = ("form#new-datastore", "form#grow", "form#labels-form", "form#snapshot",
-              "form#probe", "#delete", "button.danger")
+              "form#probe", "form#comparison", "#delete", "button.danger")
 
 
 def _free_port() -> int:
@@ -161,6 +161,7 @@ def test_readonly_console_has_no_mutating_controls(served: Served) -> None:
         assert not [a for a in css(d, "nav a") if a.is_displayed() and "New" in a.text]
         for page, ready in (("#/", "table#datastores"),
                             ("#/datastores/web-ro", "figure.chart"),
+                            ("#/pools/tank", "figure.chart"),
                             ("#/jobs", "table#jobs"), ("#/probes", "table#results")):
             d.get(s.base + "/ui" + page)
             wait_for(lambda r=ready: css(d, r), what=page)  # type: ignore[misc]
@@ -265,6 +266,57 @@ def test_protection_and_labels_through_the_console(served: Served) -> None:
     r = httpx.delete(s.base + "/api/v1/snapshot-policies/web-gold", timeout=30,
                      headers={"Authorization": f"Bearer {s.admin}"})
     assert r.status_code < 300, r.text
+
+
+HOST_NQN = "nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"
+
+
+def test_nvme_datastore_and_protocol_comparison_through_the_console(served: Served) -> None:
+    """An NVMe/TCP datastore made with the form keeps its host NQNs when the page grows
+    it (a PUT is the whole desired state), its probe form offers the nvme target, and the
+    pool page runs a protocol comparison and shows its table and chart."""
+    s = served
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        d.get(s.base + "/ui#/new")
+        wait_for(lambda: css(d, "form#new-datastore"), what="the form")
+        css(d, "#ds-name")[0].send_keys("web-nvme")
+        css(d, '#ds-protocol option[value="nvme-tcp"]')[0].click()
+        css(d, "#ds-hosts")[0].send_keys(HOST_NQN)
+        css(d, "form#new-datastore button[type=submit]")[0].click()
+        wait_for(lambda: css(d, 'tr[data-datastore="web-nvme"]'), what="the new row")
+        assert s.api("GET", "/datastores/web-nvme")["nvme"]["hosts"] == [HOST_NQN]
+
+        d.get(s.base + "/ui#/datastores/web-nvme")
+        wait_for(lambda: css(d, "form#grow"), what="the grow form")
+        assert [o.get_attribute("value") for o in css(d, "#probe-target option")] == [
+            "local", "nvme"]
+        css(d, "#grow-size")[0].send_keys("200G")
+        css(d, "form#grow button[type=submit]")[0].click()
+        wait_for(lambda: s.api("GET", "/datastores/web-nvme")["size"] == 200 << 30,
+                 what="grown")
+        assert s.api("GET", "/datastores/web-nvme")["nvme"]["hosts"] == [HOST_NQN], \
+            "growing through the console dropped the host NQNs"
+
+        d.get(s.base + "/ui#/pools/tank")
+        wait_for(lambda: css(d, "form#comparison"), what="the comparison form")
+        css(d, '#comparison-profile option[value="vm-mixed-4k"]')[0].click()
+        css(d, "#comparison-runtime")[0].clear()
+        css(d, "#comparison-runtime")[0].send_keys("1")
+        css(d, "form#comparison button[type=submit]")[0].click()
+        rows = wait_for(lambda: css(d, "table#comparison tbody tr"), timeout=120,
+                        what="the comparison's table")
+        legs = [r.get_attribute("data-leg") for r in rows]
+        assert legs == ["dataset", "nfs3", "nfs41", "zvol", "iscsi", "nvme-tcp"], legs
+        img = wait_for(lambda: css(d, "img.plot"), what="the comparison's chart")[0]
+        wait_for(lambda: d.execute_script("return arguments[0].naturalWidth", img) > 100,
+                 what="a drawn chart")
+        cid = d.current_url.rsplit("/", 1)[1]
+        api_rows = s.api("GET", f"/probes/comparisons/{cid}")["rows"]
+        shown = {r.get_attribute("data-leg"): r.find_elements("css selector", "td")[2].text
+                 for r in rows}
+        assert shown == {r["leg"]: f"{r['iops']:.0f}" for r in api_rows}  # the API's IOPS
+        browser.screenshot(d, "console-protocol-comparison")
 
 
 def test_a_slow_page_does_not_replace_the_page_opened_after_it(

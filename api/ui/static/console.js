@@ -251,10 +251,17 @@
         h("dt", {}, "Fragmentation"), h("dd", {}, p.fragmentation === null ? "–" :
           p.fragmentation + "%"),
         h("dt", {}, "Datastores"), h("dd", {}, p.datastores.join(", ") || "none")),
-      rangePicker(range, r => poolView(name, r)), chartBox);
-    timer = setInterval(() => { if (location.hash === `#/pools/${name}`) poolView(name, range)
+      rangePicker(range, r => poolView(name, r)), chartBox,
+      h("h2", {}, "Protocol comparison"), ...admin(comparisonForm(name)));
+    timer = setInterval(() => { if (location.hash === `#/pools/${name}` &&
+      !(document.activeElement && document.activeElement.closest("#comparison")))
+      poolView(name, range)
       .catch(e => say(e.message, true)); }, 10000);
   }
+
+  // The probe target that reaches a datastore of each protocol over loopback (the API's
+  // ProbeTargetName; NFS's two versions share "nfs")
+  const PROBE_TARGET = {iscsi: "iscsi", "nvme-tcp": "nvme"};
 
   // A PUT is the whole desired state: what is not sent back (labels, overrides) is reset.
   function bodyFrom(d, size, labels) {
@@ -266,6 +273,8 @@
     if (d.nfs) b.nfs = {clients: d.nfs.clients};
     if (d.iscsi) b.iscsi = {initiators: d.iscsi.initiators,
       initiator_groups: d.iscsi.initiator_groups};
+    if (d.nvme) b.nvme = d.nvme.allow_any_host ? {allow_any_host: true} :
+      {hosts: d.nvme.hosts, initiator_groups: d.nvme.initiator_groups};
     return b;
   }
 
@@ -404,7 +413,7 @@
     if (profileNames) fill(profileNames);
     else api("GET", "/probes/profiles").then(ps => { profileNames = ps.map(p => p.name);
       fill(profileNames); }).catch(e => say(e.message, true));
-    const targets = ["local", d.protocol === "iscsi" ? "iscsi" : "nfs"];
+    const targets = ["local", PROBE_TARGET[d.protocol] || "nfs"];
     const tgt = h("select", {id: "probe-target"}, targets.map(t => h("option", {value: t}, t)));
     const rt = h("input", {type: "number", id: "probe-runtime", min: 1, max: 3600, value: 10});
     return h("form", {id: "probe", onsubmit: guard(async () => {
@@ -416,6 +425,46 @@
     h("button", {type: "submit"}, "Run probe"));
   }
 
+  function comparisonForm(pool) {
+    const prof = h("select", {id: "comparison-profile"},
+      ["randread-4k-qd32", "vm-mixed-4k", "streaming-read", "streaming-write"].map(n =>
+        h("option", {value: n}, n)));
+    const rt = h("input", {type: "number", id: "comparison-runtime", min: 1, max: 3600,
+      value: 10});
+    const rounds = h("input", {type: "number", id: "comparison-rounds", min: 1, max: 10,
+      value: 1});
+    return h("form", {id: "comparison", onsubmit: guard(async () => {
+      const job = await api("POST", "/probes/comparisons", {pool, profile: prof.value,
+        rounds: Number(rounds.value), overrides: {runtime: Number(rt.value)}});
+      await waitJob(job, `protocol comparison ${prof.value}`);
+      location.hash = `#/comparisons/${job.comparison_id}`;
+    })}, h("p", {}, "The same profile through NFS, iSCSI and NVMe/TCP and straight on a " +
+      "dataset and a zvol of this pool, one after the other (docs/probes.md)."),
+    field("Profile", prof), field("Runtime per run (s)", rt), field("Rounds", rounds),
+    h("button", {type: "submit"}, "Compare protocols"));
+  }
+
+  async function comparisonView(id) {
+    const gen = generation;
+    const c = await api("GET", `/probes/comparisons/${id}`);
+    const plot = await blobImage(`/probes/comparisons/${id}/plot`, "protocol comparison");
+    if (stale(gen)) return;
+    const rows = c.rows.map(r => h("tr", {"data-leg": r.leg},
+      h("th", {scope: "row"}, r.leg), h("td", {}, r.baseline || "–"),
+      h("td", {}, `${r.runs}${r.failed ? ` (${r.failed} failed)` : ""}`),
+      h("td", {}, num(r.iops, 0)), h("td", {}, num(r.mbps, 1)), h("td", {}, num(r.lat_p99_ms, 2)),
+      h("td", {}, num(r.cpu_us_per_io, 0)), h("td", {}, num(r.iops_vs_baseline, 2)),
+      h("td", {}, num(r.p99_vs_baseline, 2))));
+    const runs = c.results.map(r => h("li", {}, h("a", {href: `#/probes/${r.id}`},
+      `${r.leg}, round ${r.round + 1}`), `: ${r.status}`, r.error ? ` — ${r.error}` : ""));
+    show(`Protocol comparison: ${c.profile} on pool ${c.pool}`,
+      h("p", {}, `${c.rounds} round(s)${c.complete ? "" : ", not complete"}; medians over ` +
+        "the rounds; CPU is the whole appliance's per I/O."),
+      table("Legs", ["Leg", "Against", "Runs", "IOPS", "MB/s", "p99 ms", "CPU µs/IO",
+        "IOPS / base", "p99 / base"], rows, "comparison"),
+      plot, h("h2", {}, "Runs"), h("ul", {}, runs));
+  }
+
   async function newView() {
     if (!session.admin) { show("New datastore", h("p", {}, "A readonly token cannot create " +
       "datastores.")); return; }
@@ -424,8 +473,8 @@
     if (stale(gen)) return;
     const name = h("input", {type: "text", id: "ds-name", required: true,
       pattern: "[A-Za-z0-9][A-Za-z0-9_.:-]*"});
-    const proto = h("select", {id: "ds-protocol"}, ["nfs3", "nfs41", "iscsi"].map(p =>
-      h("option", {value: p}, p)));
+    const proto = h("select", {id: "ds-protocol"}, ["nfs3", "nfs41", "iscsi", "nvme-tcp"]
+      .map(p => h("option", {value: p}, p)));
     const size = h("input", {type: "text", id: "ds-size", required: true, value: "100G"});
     const pool = h("select", {id: "ds-pool"}, pools.map(p => h("option", {value: p.name},
       p.name)));
@@ -435,11 +484,13 @@
     const clients = h("textarea", {id: "ds-clients", rows: 3, cols: 40},
       "192.0.2.0/24 rw");
     const inits = h("textarea", {id: "ds-initiators", rows: 3, cols: 40});
+    const hosts = h("textarea", {id: "ds-hosts", rows: 3, cols: 40});
     const form = h("form", {id: "new-datastore", onsubmit: guard(async () => {
       const body = {protocol: proto.value, size: size.value.trim(), pool: pool.value,
         thin: thin.checked, profile: profile.value};
       const lines = t => t.value.split("\n").map(l => l.trim()).filter(Boolean);
       if (proto.value === "iscsi") body.iscsi = {initiators: lines(inits)};
+      else if (proto.value === "nvme-tcp") body.nvme = {hosts: lines(hosts)};
       else body.nfs = {clients: lines(clients).map(l => {
         const [match, access] = l.split(/\s+/);
         return {match, access: access === "ro" ? "ro" : "rw"};
@@ -453,6 +504,7 @@
     field("Thin", thin), field("Profile", profile),
     field("NFS clients", clients, "one per line: IP, CIDR or host name, then rw or ro"),
     field("iSCSI initiators", inits, "one IQN per line"),
+    field("NVMe/TCP hosts", hosts, "one host NQN per line (/etc/nvme/hostnqn)"),
     h("button", {type: "submit"}, "Create datastore"));
     show("New datastore", form);
   }
@@ -535,6 +587,7 @@
     if (view === "jobs") return jobsView();
     if (view === "probes" && arg) return probeView(decodeURIComponent(arg));
     if (view === "probes") return probesView();
+    if (view === "comparisons" && arg) return comparisonView(decodeURIComponent(arg));
     show("Not found", h("p", {}, "No such page. ", h("a", {href: "#/"}, "Overview")));
   }
 
