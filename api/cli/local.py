@@ -11,11 +11,24 @@ from typing import Any
 from api.cli.common import out, settings_of, table, wiring
 
 
+def journal_logging() -> None:
+    """The engine's INFO lines (the start-up summary, adoptions, create batches: a
+    handful, none per request) reach the journal beside its warnings. uvicorn configures
+    only its own loggers; without a handler on the root, Python prints WARNING and above
+    and drops the rest."""
+    import logging
+
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s",
+                        force=True)  # at start-up nothing else has configured it
+    logging.getLogger("appliance").setLevel(logging.INFO)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from api.app import create_app
 
+    journal_logging()
     settings = settings_of(args)
     engine = wiring(args).engine(settings)
     tls = settings.tls and not args.no_tls
