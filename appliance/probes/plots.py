@@ -86,6 +86,10 @@ def render_comparison(rows: list[dict[str, Any]], title: str, fmt: str = "svg") 
                                        ("cpu_us_per_io", "CPU us per I/O (lower is better)")),
                                 strict=True):
         values = [r.get(key) or 0.0 for r in rows]
+        if not any(values):  # no CPU reading (a client, a fake): say so, draw no axis
+            ax.text(0.5, 0.5, "not measured", ha="center", va="center",
+                    transform=ax.transAxes, color="#777777")
+            ax.set_yticks([])
         bars = ax.bar(names, values, color=["#bbbbbb" if not r["baseline"] else "#3b75af"
                                             for r in rows])
         for bar, r in zip(bars, rows, strict=True):
