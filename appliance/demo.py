@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from appliance.engine import Engine
-from appliance.host.factory import fake_hosts
+from appliance.fake_hosts import fake_hosts
 from appliance.host.fakes.zfs import GiB
 from appliance.settings import Settings
 

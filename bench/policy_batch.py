@@ -28,7 +28,7 @@ from collections import Counter
 from pathlib import Path
 
 from appliance.engine import Engine
-from appliance.host.factory import ROOT_FS_PROPERTIES, HostAdapters
+from appliance.host.factory import HostAdapters
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.zfs import FakeZfs, GiB
@@ -38,6 +38,7 @@ from appliance.host.zfs import Zfs
 from appliance.model import DatastoreRecord, DatastoreSpec, NfsClient
 from appliance.policies.service import PolicyRequest
 from appliance.settings import Settings
+from appliance.transports.storage import ROOT_FS_PROPERTIES
 
 
 class ZfsCli:

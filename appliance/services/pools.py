@@ -14,11 +14,11 @@ from appliance import validate
 from appliance.adoption import adopt
 from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable, ZdsError
-from appliance.host.factory import ROOT_FS_PROPERTIES
 from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevNode, VdevSpec
 from appliance.jobs import Job, JobContext
 from appliance.model import DATASTORE_PARENT, SNAPSHOT_COUNT_LIMIT
 from appliance.reconciler import Reconciler
+from appliance.transports.storage import ROOT_FS_PROPERTIES
 
 log = logging.getLogger(__name__)
 

@@ -21,6 +21,9 @@ from appliance.host.zfs_send import ZfsSendHost
 from appliance.model import DatastoreSpec
 
 # ZFS tuning per kind; see docs/architecture.md for why each value.
+# Properties every pool's root file system gets (VM-tuned; ganesha needs posixacl).
+ROOT_FS_PROPERTIES: Mapping[str, str] = {"compression": "lz4", "atime": "off", "xattr": "sa",
+                                         "acltype": "posixacl", "dnodesize": "auto"}
 DATASET_PROPERTIES: Mapping[str, str] = {
     "compression": "lz4",
     "atime": "off",

@@ -20,11 +20,12 @@ from ganesha_harness import GaneshaHarness
 
 from api.app import create_app
 from appliance.engine import Engine
-from appliance.host.factory import ROOT_FS_PROPERTIES, HostAdapters
+from appliance.host.factory import HostAdapters
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.zfs import FakeZfs, GiB
 from appliance.host.local import FakeLocalHost
 from appliance.settings import Settings
+from appliance.transports.storage import ROOT_FS_PROPERTIES
 
 pytestmark = pytest.mark.integration
 API = "/api/v1"

@@ -30,8 +30,8 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from appliance.engine import Engine
+from appliance.fake_hosts import fake_hosts
 from appliance.host.contract.vsphere_checks import check_vsphere
-from appliance.host.factory import fake_hosts
 from appliance.host.vsphere import PyVmomiConnector
 from appliance.settings import Settings
 

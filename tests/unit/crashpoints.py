@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from appliance.engine import Engine
-from appliance.host.factory import FakeHosts, HostAdapters, ProbeHosts
+from appliance.fake_hosts import FakeHosts
+from appliance.host.factory import HostAdapters, ProbeHosts
 from appliance.host.ganesha import GaneshaHost
 from appliance.host.hooks import HookHost
 from appliance.host.lio import LioHost

@@ -348,8 +348,8 @@ def test_engine_never_imports_fastapi() -> None:
 
 
 def test_firstboot_demo_pool_and_token(tmp_path: Path) -> None:
+    from appliance.fake_hosts import fake_hosts
     from appliance.firstboot import run_firstboot
-    from appliance.host.factory import fake_hosts
     from appliance.settings import Settings
 
     settings = Settings().with_state_dir(tmp_path)
@@ -372,8 +372,8 @@ def test_a_revoked_admin_token_stays_revoked_across_boots(tmp_path: Path) -> Non
     """Issue 22 item 5: first boot used to import the fw_cfg/file token again whenever
     its id was missing, i.e. after every revoke."""
     from appliance.errors import Unauthorized
+    from appliance.fake_hosts import fake_hosts
     from appliance.firstboot import run_firstboot
-    from appliance.host.factory import fake_hosts
     from appliance.settings import Settings
 
     settings = Settings().with_state_dir(tmp_path)
@@ -395,8 +395,8 @@ def test_a_revoked_admin_token_stays_revoked_across_boots(tmp_path: Path) -> Non
 
 def test_an_appliance_older_than_the_record_imports_nothing(tmp_path: Path) -> None:
     """Tokens exist but no record of first boot (an update): not a first boot."""
+    from appliance.fake_hosts import fake_hosts
     from appliance.firstboot import ADMIN_TOKEN_FACT, run_firstboot
-    from appliance.host.factory import fake_hosts
     from appliance.settings import Settings
 
     settings = Settings().with_state_dir(tmp_path)

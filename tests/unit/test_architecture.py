@@ -333,3 +333,27 @@ def test_transports_sit_below_the_services() -> None:
         if mod.startswith("appliance.transports"):
             for name in imported_names(path, mod):
                 assert not name.startswith(above), f"{mod} imports {name}"
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = {start}, [start]
+    while todo:
+        for w in edges[todo.pop()]:
+            if w not in seen:
+                seen.add(w)
+                todo.append(w)
+    return seen
+
+
+def test_the_appliance_imports_no_fake() -> None:
+    """The engine and the API the appliance serves reach no module of the in-memory
+    twins, even through a function-level import (they are made in appliance/fake_hosts.py
+    for tests and `zds demo`)."""
+    edges = graph()
+    for start in ("appliance.engine", "api.app"):
+        fakes = sorted(m for m in reachable(edges, start) if m.startswith(
+            ("appliance.host.fakes", "appliance.fake_hosts", "appliance.demo")))
+        assert fakes == [], f"{start} imports {fakes}"
+    # and the check sees one when it is there
+    edges["appliance.host.factory"].add("appliance.fake_hosts")
+    assert "appliance.fake_hosts" in reachable(edges, "appliance.engine")

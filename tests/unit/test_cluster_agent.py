@@ -22,7 +22,7 @@ from fastapi.testclient import TestClient
 from api import agent
 from api.app import create_app
 from appliance.engine import Engine
-from appliance.host.factory import FakeHosts, fake_hosts
+from appliance.fake_hosts import FakeHosts, fake_hosts
 from appliance.host.fakes.cluster import FakeCluster
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.lio import FakeLio

@@ -15,7 +15,7 @@ import uvicorn
 from api.app import create_app
 from api.cli import main
 from appliance.engine import Engine
-from appliance.host.factory import fake_hosts
+from appliance.fake_hosts import fake_hosts
 from appliance.host.fakes.cluster import FakeCluster
 from appliance.settings import Settings
 from tests.unit.test_cli import free_port

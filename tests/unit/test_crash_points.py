@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 from appliance.engine import Engine
-from appliance.host.factory import FakeHosts, fake_hosts
+from appliance.fake_hosts import FakeHosts, fake_hosts
 from appliance.host.fakes.replication import FakeNetwork
 from appliance.host.fakes.zfs import GiB, MiB
 from appliance.host.ganesha_config import ExportSpec

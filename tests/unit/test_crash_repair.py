@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 
 from api.app import create_app
 from appliance.engine import Engine
-from appliance.host.factory import FakeHosts, fake_hosts
+from appliance.fake_hosts import FakeHosts, fake_hosts
 from appliance.host.fakes.zfs import GiB
 from appliance.model import DatastoreRecord
 from appliance.services.datastores import DatastoreRequest

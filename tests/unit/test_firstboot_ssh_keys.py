@@ -12,8 +12,8 @@ import pytest
 from appliance import validate
 from appliance.engine import Engine
 from appliance.errors import InvalidInput
+from appliance.fake_hosts import fake_hosts
 from appliance.firstboot import run_firstboot
-from appliance.host.factory import fake_hosts
 from appliance.host.local import RealLocalHost
 from appliance.host.run import SubprocessRunner
 from appliance.settings import Settings

@@ -15,7 +15,7 @@ import pytest
 
 from appliance.engine import Engine
 from appliance.errors import Conflict, InvalidInput, NotFound, ZdsError
-from appliance.host.factory import FakeHosts, fake_hosts
+from appliance.fake_hosts import FakeHosts, fake_hosts
 from appliance.host.fakes.replication import (
     FakeNetwork,
     FakeSsh,

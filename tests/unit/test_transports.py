@@ -17,7 +17,8 @@ import pytest
 from appliance.attach import AttachInstructions, virsh_commands
 from appliance.engine import Engine
 from appliance.errors import Conflict, InvalidInput, Unavailable, ZdsError
-from appliance.host.factory import FakeHosts, HostAdapters, ProbeHosts, fake_hosts
+from appliance.fake_hosts import FakeHosts, fake_hosts
+from appliance.host.factory import HostAdapters, ProbeHosts
 from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.zfs import FakeZfs, GiB
