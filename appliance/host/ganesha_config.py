@@ -34,13 +34,6 @@ class ExportSpec:
     sec: str = "sys"
 
 
-@dataclass(frozen=True)
-class LiveExport:
-    export_id: int
-    path: str
-    pseudo: str
-
-
 MIN_EXPORT_ID = 100
 MAX_EXPORT_ID = 65535  # ganesha export ids are DBus uint16
 SQUASH_VALUES = ("No_Root_Squash", "Root_Squash", "All_Squash", "Root_Id_Squash")

@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.clients import Iscsi, Nfs
 from tests.e2e.conftest import E2EAppliance
-from tests.e2e.rest import api_client, ok
+from tests.e2e.rest import api_client, ok, wait_for_health
 
 pytestmark = pytest.mark.e2e
 
@@ -43,15 +43,6 @@ def disks(pool: dict[str, Any]) -> dict[str, str]:
 
     walk(pool["vdevs"])
     return out
-
-
-def wait_health(api: httpx.Client, want: str, timeout: float = 120) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        h: dict[str, Any] = api.get("/system/health").json()
-        if h["status"] == want or time.monotonic() > deadline:
-            return h
-        time.sleep(3)
 
 
 def all_served(api: httpx.Client, appliance: E2EAppliance,
@@ -106,7 +97,7 @@ def test_1b_a_hung_ganesha_is_restarted_and_serves_again(appliance: E2EAppliance
     t0 = time.monotonic()
     appliance.check(f"kill -STOP {pid}")
     try:
-        h = wait_health(api, "degraded", timeout=120)
+        h = wait_for_health(api, lambda h: h["status"] == "degraded", timeout=120)
         assert not h["components"]["ganesha"]["ok"], h
         deadline = time.monotonic() + 300
         while True:
@@ -161,7 +152,7 @@ def test_2_a_failed_mirror_disk_is_degraded_then_replaced(
     assert job["result"]["health"] == "ONLINE", job
     after = disks(ok(api.get("/pools/tank")))
     assert "virtio-zdsdata2" in after and set(after.values()) == {"ONLINE"}, after
-    assert wait_health(api, "ok")["status"] == "ok"
+    wait_for_health(api, lambda h: h["status"] == "ok", timeout=120)
     assert nfs.get(d["nfs"]["path"], "keep.bin") == payload
     for name in ("deg-nfs", "deg-lun"):
         job = ok(api.delete(f"/datastores/{name}", params={"wait": 300, "force": True}), 202)

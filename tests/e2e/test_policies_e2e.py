@@ -17,7 +17,7 @@ import pytest
 from bench.policy_batch import guest_script
 from tests.e2e.clients import Nfs
 from tests.e2e.conftest import E2EAppliance
-from tests.e2e.rest import api_client, ok
+from tests.e2e.rest import api_client, ok, wait_for_health
 
 pytestmark = pytest.mark.e2e
 
@@ -60,18 +60,6 @@ def wait_runs(api: httpx.Client, more_than: int, timeout: float = 120) -> list[d
             return done
         time.sleep(2)
     raise AssertionError(f"no new policy run within {timeout} s: {runs(api)}")
-
-
-def wait_health(api: httpx.Client, timeout: float = 180) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if api.get("/system/health").status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
-    raise AssertionError("the API did not come back")
 
 
 def test_1_real_zfs_holds_and_batches_keep_their_contract(appliance: E2EAppliance) -> None:
@@ -130,7 +118,7 @@ def test_4_runs_go_on_across_an_api_restart_and_prune_to_the_retention(
         appliance: E2EAppliance, api: httpx.Client) -> None:
     before = len(wait_runs(api, 0))
     appliance.check("systemctl restart zds-api")
-    wait_health(api)
+    wait_for_health(api, lambda h: True, timeout=180)  # the API answers again
     done = wait_runs(api, before + KEEP, timeout=INTERVAL * (KEEP + 3) + 60)
     slots = [j["result"]["slot"] for j in done if j["state"] == "succeeded"]
     assert len(slots) == len(set(slots)), f"a slot ran twice: {slots}"
@@ -151,7 +139,7 @@ def test_5_a_reboot_keeps_the_schedule_and_the_view_says_how_old(
         appliance: E2EAppliance, api: httpx.Client, shared_reboot: float) -> None:
     # the policy went on running through the session's other modules until the shared
     # reboot (tests/e2e/conftest.py)
-    wait_health(api)
+    wait_for_health(api, lambda h: True, timeout=180)  # the API answers again
     # the first run that succeeded after the reboot. Every run listed now is left out: a
     # run may start between a listing before the reboot and the shutdown and succeed
     # (CI saw its snapshot 104 s old, the reboot's length); a run the reboot cut short is

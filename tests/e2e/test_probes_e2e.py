@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from tests.e2e.conftest import E2EAppliance
-from tests.e2e.rest import api_client, ok
+from tests.e2e.rest import api_client, ok, wait_for_health
 
 pytestmark = pytest.mark.e2e
 
@@ -189,15 +189,7 @@ def test_compare_and_plot(api: httpx.Client) -> None:
 
 def test_results_survive_an_api_restart(api: httpx.Client, appliance: E2EAppliance) -> None:
     appliance.check("systemctl restart zds-api")
-    import time
-
-    for _ in range(120):
-        try:
-            if api.get("/system/health").status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        time.sleep(1)
+    wait_for_health(api, lambda h: True, timeout=120)  # the API answers again
     rid = results[f"{ISCSI_DS}/iscsi"]
     assert ok(api.get(f"/probes/results/{rid}"))["profile"] == "randread-4k-qd32"
 
