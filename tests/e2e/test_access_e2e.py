@@ -391,6 +391,59 @@ def test_unmap_and_write_same_free_space_and_reservations(
         delete(api, "pr-lun")
 
 
+def test_what_the_scsi_target_answers_is_what_docs_esxi_says(
+        appliance: E2EAppliance, api: httpx.Client) -> None:
+    """docs/esxi.md ("What the SCSI target does and does not do") states how the
+    kernel's LIO answers the commands where it departs from SBC or a test suite expects
+    otherwise. Each statement is checked here with sg3-utils, so a kernel that changes
+    one of them fails this test instead of leaving the page wrong."""
+    init = "iqn.2026-11.org.example:sbc"
+    lun = ok(api.put("/datastores/sbc-lun", json={
+        "protocol": "iscsi", "size": "64M", "iscsi": {"initiators": [init]}}), 201)
+    iqn = lun["iscsi"]["iqn"]
+    g = GuestInitiator(appliance, "zdssbc", init)
+    try:
+        dev = g.login(iqn)
+        assert dev
+        vpd = appliance.check(f"sg_vpd --page=bl {dev}")
+        assert "Maximum compare and write length: 1 blocks" in vpd, vpd
+        assert "Optimal unmap granularity: 32 blocks" in vpd, vpd  # volblocksize 16K
+        blk = "dd if=/dev/zero bs=512 count=1 2>/dev/null | tr '\\0' {} > /tmp/sbc-{}"
+        appliance.check("; ".join(blk.format(c, c) for c in "AB"))
+        appliance.check(f"dd if=/tmp/sbc-A of={dev} bs=512 seek=10 oflag=direct 2>/dev/null")
+        # COMPARE AND WRITE (ESXi's ATS): a miscompare is MISCOMPARE, with the offset
+        appliance.check("cat /tmp/sbc-B /tmp/sbc-B > /tmp/sbc-BB; "
+                        "cat /tmp/sbc-A /tmp/sbc-B > /tmp/sbc-AB")
+        rc, out = appliance.exec(f"sg_compare_and_write --in=/tmp/sbc-BB --lba=10 "
+                                 f"--num=1 {dev}")
+        assert rc != 0 and "Miscompare during verify operation" in out, out
+        appliance.check(f"sg_compare_and_write --in=/tmp/sbc-AB --lba=10 --num=1 {dev}")
+        assert appliance.check(f"dd if={dev} bs=512 skip=10 count=1 iflag=direct "
+                               "2>/dev/null | od -An -c | head -1").split()[0] == "B"
+        invalid = "Invalid field in cdb"
+        # VERIFY with BYTCHK=1 is refused (no byte compare at all); BYTCHK=0 passes
+        rc, out = appliance.exec(f"sg_verify --bytchk=1 --lba=10 --count=1 "
+                                 f"--in=/tmp/sbc-B {dev}")
+        assert rc != 0 and invalid in out, out
+        appliance.check(f"sg_verify --16 --lba=10 --count=1 {dev}")
+        # WRITE SAME(16) of 4 blocks: a data-out of two blocks is refused, one passes
+        ws = "93 00 00 00 00 00 00 00 00 14 00 00 00 04 00 00"
+        rc, out = appliance.exec(f"sg_raw -s 1024 -i /tmp/sbc-BB {dev} {ws}")
+        assert rc != 0 and invalid in out, out
+        appliance.check(f"sg_raw -s 512 -i /tmp/sbc-B {dev} {ws}")
+        # WRITE SAME(16) with UNMAP off the 32-block granularity is accepted
+        appliance.check(f"sg_raw -s 512 -i /tmp/sbc-B {dev} "
+                        "93 08 00 00 00 00 00 00 00 01 00 00 00 03 00 00")
+        # EXTENDED COPY (LID1): operating parameters answered, the copy status is not
+        params = appliance.check(f"sg_copy_results --params {dev}")
+        assert "Maximum segment descriptor count: 1" in params, params
+        rc, out = appliance.exec(f"sg_copy_results --status {dev}")
+        assert rc != 0 and invalid in out, out
+    finally:
+        g.logout(iqn)
+        delete(api, "sbc-lun")
+
+
 def test_an_api_restart_in_the_middle_of_a_job(appliance: E2EAppliance,
                                                api: httpx.Client) -> None:
     ok(api.put("/datastores/job-ds", json={
