@@ -114,6 +114,15 @@ def _client_run(args: argparse.Namespace) -> dict[str, Any]:
     return posted
 
 
+def _follow(c: Any, job: dict[str, Any], wait: float) -> dict[str, Any]:
+    """The job as it stands when it ends, or after ``wait`` seconds."""
+    deadline = time.monotonic() + wait
+    while job["state"] in ("queued", "running") and time.monotonic() < deadline:
+        job = c.call("GET", f"/jobs/{job['id']}",
+                     params={"wait": min(600, max(1, deadline - time.monotonic()))})
+    return job
+
+
 def cmd_probe(args: argparse.Namespace) -> int:
     cmd = args.probe_cmd
     if cmd == "run" and (args.path or args.device or args.here):
@@ -142,15 +151,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
                                          "target": args.target or "local",
                                          "overrides": _overrides(args)},
                      params={"wait": min(args.wait, 600)})
-        deadline = time.monotonic() + args.wait
-        while job["state"] in ("queued", "running") and time.monotonic() < deadline:
-            job = c.call("GET", f"/jobs/{job['id']}",
-                         params={"wait": min(600, max(1, deadline - time.monotonic()))})
+        rid = job["result_id"]
+        job = _follow(c, job, args.wait)
         if job["state"] in ("queued", "running"):
-            out(args, job, lambda j: f"probe {j['result_id']} still {j['state']} "
-                                      f"(job {j['id']})")
+            out(args, job, lambda j: f"probe {rid} still {j['state']} (job {j['id']})")
             return 0
-        rid = job.get("result_id") or (job.get("result") or {}).get("result_id")
         try:
             r = c.call("GET", f"/probes/results/{rid}")
         except SystemExit:
@@ -194,15 +199,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if args.leg:
             body["legs"] = args.leg
         job = c.call("POST", "/probes/comparisons", body, params={"wait": min(args.wait, 600)})
-        deadline = time.monotonic() + args.wait
-        while job["state"] in ("queued", "running") and time.monotonic() < deadline:
-            job = c.call("GET", f"/jobs/{job['id']}",
-                         params={"wait": min(600, max(1, deadline - time.monotonic()))})
+        cid = job["comparison_id"]  # the job's own record (GET /jobs) does not carry it
+        job = _follow(c, job, args.wait)
         if job["state"] in ("queued", "running"):
-            out(args, job, lambda j: f"comparison {j['comparison_id']} still {j['state']} "
-                                      f"(job {j['id']})")
+            out(args, job, lambda j: f"comparison {cid} still {j['state']} (job {j['id']})")
             return 0
-        return _show_comparison(args, c, job["comparison_id"])
+        return _show_comparison(args, c, cid)
     elif cmd == "comparison":
         return _show_comparison(args, c, args.id)
     elif cmd == "cancel":
