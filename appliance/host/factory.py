@@ -48,8 +48,8 @@ class ProbeHosts:
 
 @dataclass(frozen=True)
 class HostAdapters:
-    """Everything of the OS the engine touches. ``probes`` is None where probes cannot
-    reach a datastore through a protocol (only the local target runs)."""
+    """Everything of the OS the engine touches. ``probes`` is None where the engine has
+    no probe tools: every probe is then refused as unavailable."""
 
     zfs: ZfsHost
     lio: LioHost

@@ -133,6 +133,18 @@ class FakeRun:
         self._done.set()
 
 
+class NoFio:
+    """The fio of an engine made without probe tools (``HostAdapters.probes`` None):
+    every probe is refused as unavailable, rather than a real fio started behind the
+    back of a rig of fakes."""
+
+    def version(self) -> str:
+        raise Unavailable("probes are not set up here (no fio among the host adapters)")
+
+    def start(self, jobfile: str, workdir: str) -> FioRun:
+        raise Unavailable("probes are not set up here (no fio among the host adapters)")
+
+
 @dataclass
 class FakeFio:
     """Answers every start with ``json_text``/``logs``; records job files and work dirs."""

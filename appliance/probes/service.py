@@ -492,8 +492,9 @@ def _check_ids(ids: builtins.list[str]) -> None:
 # --------------------------------------------------------------------- wiring
 
 def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
-    """The service on the appliance's context; ``hosts`` (None: only local probes) are
-    fio and the loopback NFS/iSCSI clients, real or fake (appliance.host.factory)."""
+    """The service on the appliance's context; ``hosts`` are fio and the loopback
+    NFS/iSCSI/NVMe clients, real (appliance.host.factory) or fake
+    (appliance.fake_hosts); None refuses every run as unavailable."""
     from appliance import __version__
 
     def lookup(name: str) -> DatastoreRef:
@@ -524,13 +525,10 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
     workroot = str(Path(ctx.settings.state_dir) / "probes")
     targets = {p: t.probe_target for t in ctx.transports for p in t.protocols}
     storages = {p: t.storage for t in ctx.transports for p in t.protocols}
-    if hosts is None:
-        from appliance.host.fio import Fio
-        from appliance.host.run import SubprocessRunner
-        from appliance.host.spawn import PopenSpawner
+    if hosts is None:  # an engine made without probe tools: every run is refused
+        from appliance.host.fio import NoFio
 
-        return ProbeService(ProbeStore(ctx.store.connect),
-                            ProbeExecutor(Fio(SubprocessRunner(), PopenSpawner()), workroot),
+        return ProbeService(ProbeStore(ctx.store.connect), ProbeExecutor(NoFio(), workroot),
                             lookup, ctx.zfs, {}, settings_for, targets)
     executor = ProbeExecutor(hosts.fio, workroot, stats=hosts.stats, iperf=hosts.iperf,
                              sync=hosts.sync)

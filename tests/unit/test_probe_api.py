@@ -314,3 +314,17 @@ def test_engine_shutdown_interrupts_a_running_probe(client: TestClient, rig: Rig
         time.sleep(0.01)
     result = probe.service.get(rid)
     assert result.status == "failed" and (result.error or "").startswith("interrupted"), result
+
+
+def test_an_engine_without_probe_tools_refuses_probes_and_starts_no_fio(
+        client: TestClient, rig: Rig) -> None:
+    """HostAdapters.probes None (a rig made by hand): a probe fails as unavailable, where
+    a real fio used to be started behind the fakes' back."""
+    rig.engine.probes = build(rig.engine.ctx, None)
+    _nfs(client)
+    job = _run(client, profile="randread-4k-qd32", datastore="ds1")
+    assert job["state"] == "failed", job
+    assert "probes are not set up here" in job["error"]["message"], job
+    res = client.get(f"/api/v1/probes/results/{job['result_id']}").json()
+    assert res["status"] == "failed" and "not set up" in res["error"]
+    assert rig.zfs.get_dataset(f"tank/zds-probes/ds1-{job['result_id']}") is None
