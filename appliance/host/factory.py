@@ -13,7 +13,6 @@ from pathlib import Path
 
 from appliance.host.cluster import ClusterHost
 from appliance.host.fio import FioHost
-from appliance.host.ganesha import GaneshaHost
 from appliance.host.hooks import HookHost
 from appliance.host.iostats import IoStatsHost
 from appliance.host.iscsi_initiator import Initiator
@@ -21,6 +20,7 @@ from appliance.host.lio import LioHost
 from appliance.host.local import LocalHost
 from appliance.host.localfs import DeviceFs
 from appliance.host.net import Iperf3
+from appliance.host.nfs_server import GaneshaHost
 from appliance.host.nfsclient import NfsMounter
 from appliance.host.nvme_initiator import NvmeInitiator
 from appliance.host.nvmet import NvmetHost

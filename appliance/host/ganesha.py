@@ -37,15 +37,13 @@ nfs-ganesha-vfs, rpcbind (NFSv3); ZFS datasets exported need acltype=posixacl.
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import os
 import re
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from appliance.errors import (
     Conflict,
@@ -55,15 +53,6 @@ from appliance.errors import (
     Unavailable,
     ZdsError,
 )
-from appliance.host.dbus_send import (
-    DBusValue,
-    as_int,
-    as_list,
-    as_str,
-    as_timestamp,
-    as_tuple,
-    parse_dbus_reply,
-)
 from appliance.host.ganesha_config import (
     ExportSpec,
     check_export_id,
@@ -71,286 +60,27 @@ from appliance.host.ganesha_config import (
     export_file_name,
     render_export_block,
 )
+from appliance.host.ganesha_replies import (
+    ExportActivity,
+    ExportDisplay,
+    parse_display_export,
+    parse_export_message,
+    parse_show_clients,
+    parse_show_exports,
+)
+from appliance.host.nfs_server import (
+    Activity,
+    LiveExport,
+    active_clients,
+    pending_mark,
+    read_text_or_none,
+    restore_file,
+    write_atomic,
+)
 from appliance.host.nfs_units import MAIN_UNIT
 from appliance.host.run import CommandError, Runner
 
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True)
-class LiveExport:
-    """An export ganesha serves now, as ShowExports lists it."""
-
-    export_id: int
-    path: str
-
-
-_FLAT_PROTOCOLS = ("NFSv3", "MNT", "NLMv4", "RQUOTA", "NFSv40", "NFSv41", "NFSv42", "9P")
-
-
-def _used_protocols(middle: tuple[DBusValue, ...]) -> frozenset[str]:
-    """The protocol flags of a ShowExports/ShowClients row: ganesha 4.x+ sends one struct
-    of (name, used) pairs; older releases sent bare booleans in a fixed order."""
-    used: set[str] = set()
-    if len(middle) == 1 and isinstance(middle[0], tuple):
-        for item in middle[0]:
-            name, flag = as_tuple(item)
-            if flag is True:
-                used.add(as_str(name))
-        return frozenset(used)
-    for name, flag in zip(_FLAT_PROTOCOLS, middle, strict=False):
-        if flag is True:
-            used.add(name)
-    return frozenset(used)
-
-
-@dataclass(frozen=True)
-class ExportActivity:
-    """One row of ExportMgr.ShowExports."""
-
-    export_id: int
-    path: str
-    protocols_used: frozenset[str]  # e.g. {"NFSv3", "MNT"}: what clients used on it
-    last_activity: float  # epoch seconds of the last request (0 if never)
-
-
-@dataclass(frozen=True)
-class ClientActivity:
-    """One row of ClientMgr.ShowClients."""
-
-    address: str  # as ganesha shows it (IPv4 clients as ::ffff:a.b.c.d)
-    protocols_used: frozenset[str]
-    last_activity: float
-
-
-# Sample (ganesha 4.3, two exports, a libnfs client wrote to 101 and listed 102):
-# method return time=1795314705.83 sender=:1.0 -> destination=:1.22 serial=88 reply_serial=2
-#    struct {
-#       uint64 1795314642
-#       uint64 426208982
-#    }
-#    array [
-#       struct {
-#          uint16 0
-#          string "/"
-#          struct {
-#             struct {
-#                string "NFSv3"
-#                boolean false
-#             }
-#             ... (MNT, NMLv4, RQUOTA, NFSv40, NFSv41, NFSv42, 9P alike)
-#          }
-#          struct {
-#             uint64 0
-#             uint64 0
-#          }
-#       }
-#       struct {
-#          uint16 101
-#          string "/tmp/gtry/data/ds1"
-#          struct {
-#             struct {
-#                string "NFSv3"
-#                boolean true
-#             }
-#             ...
-#          }
-#          struct {
-#             uint64 1795314699
-#             uint64 381381591
-#          }
-#       }
-#    ]
-_FAST_ROW = re.compile(
-    r'      struct \{\n         uint16 (\d+)\n         string "([^"\n]*)"\n'
-    r'         struct \{\n((?:            struct \{\n               string "[^"\n]*"\n'
-    r'               boolean (?:true|false)\n            \}\n)*)         \}\n'
-    r'         struct \{\n            uint64 (\d+)\n            uint64 (\d+)\n'
-    r'         \}\n      \}\n')
-_FAST_FLAG = re.compile(r'string "([^"\n]*)"\n               boolean true')
-_FAST_HEAD = re.compile(r'^(?:method return[^\n]*\n)?   struct \{\n      uint64 (\d+)\n'
-                        r'      uint64 (\d+)\n   \}\n   array \[\n')
-
-
-def _fast_show_exports(text: str) -> tuple[float, list[ExportActivity]] | None:
-    """The common layout of a ShowExports reply (ganesha 4.x/5.x via dbus-send), read
-    with regular expressions: ~10x faster than the generic parser, which matters at
-    thousands of exports. None when the text is laid out any other way."""
-    head = _FAST_HEAD.match(text)
-    if head is None:
-        return None
-    pos, rows = head.end(), []
-    while (m := _FAST_ROW.match(text, pos)) is not None:
-        used = frozenset(_FAST_FLAG.findall(m.group(3)))
-        rows.append(ExportActivity(int(m.group(1)), m.group(2), used,
-                                   int(m.group(4)) + int(m.group(5)) / 1e9))
-        pos = m.end()
-    if text[pos:].strip() != "]":
-        return None
-    return int(head.group(1)) + int(head.group(2)) / 1e9, rows
-
-
-def parse_show_exports(text: str) -> tuple[float, list[ExportActivity]]:
-    """ShowExports -> (stats epoch, rows). The last (tt) of a row is its last request."""
-    fast = _fast_show_exports(text)
-    if fast is not None:
-        return fast
-    values = parse_dbus_reply(text)
-    stamp, rows = values[0], values[1]
-    out: list[ExportActivity] = []
-    for row in as_list(rows):
-        eid, path, *protos, last = as_tuple(row)
-        out.append(ExportActivity(as_int(eid), as_str(path), _used_protocols(tuple(protos)),
-                                  as_timestamp(last)))
-    return as_timestamp(stamp), out
-
-
-# Sample (ganesha 4.3, after one libnfs client in the namespace used NFSv3):
-# method return time=1795314699.38 sender=:1.0 -> destination=:1.21 serial=80 reply_serial=2
-#    struct {
-#       uint64 1795314699
-#       uint64 384763027
-#    }
-#    array [
-#       struct {
-#          string "::ffff:127.0.0.1"
-#          struct {
-#             struct {
-#                string "NFSv3"
-#                boolean true
-#             }
-#             struct {
-#                string "MNT"
-#                boolean true
-#             }
-#             ... (NMLv4, RQUOTA, NFSv40, NFSv41, NFSv42, 9P: false)
-#          }
-#          struct {
-#             uint64 1795314699
-#             uint64 381381591
-#          }
-#       }
-#    ]
-def parse_show_clients(text: str) -> tuple[float, list[ClientActivity]]:
-    """ShowClients -> (now on the server, rows). Rows stay until ganesha restarts."""
-    values = parse_dbus_reply(text)
-    stamp, rows = values[0], values[1]
-    out: list[ClientActivity] = []
-    for row in as_list(rows):
-        addr, *protos, last = as_tuple(row)
-        out.append(ClientActivity(as_str(addr), _used_protocols(tuple(protos)), as_timestamp(last)))
-    return as_timestamp(stamp), out
-
-
-@dataclass(frozen=True)
-class ExportDisplay:
-    export_id: int
-    path: str
-    pseudo: str
-    tag: str
-    clients: tuple[str, ...]  # CLIENT matches as ganesha resolved them ("10.0.0.0/16", "*")
-
-
-# Sample (ganesha 4.3; hostnames are resolved at load time, "localhost" shows as
-# 127.0.0.1/32; an unresolvable one as "<unknown>"):
-# method return time=1795314681.817980 sender=:1.0 -> destination=:1.9 serial=51 reply_serial=2
-#    uint16 101
-#    string "/tmp/gtry/data/ds1"
-#    string "/tmp/gtry/data/ds1"
-#    string ""
-#    array [
-#       struct {
-#          string "127.0.0.1/32"
-#          int32 0
-#          byte 0
-#          byte 255
-#          int32 1
-#          uint32 4294967294
-#          uint32 4294967294
-#          uint32 0
-#          uint32 53490146
-#          uint32 480
-#       }
-#    ]
-def parse_display_export(text: str) -> ExportDisplay:
-    values = parse_dbus_reply(text)
-    eid, path, pseudo, tag, clients = values[:5]
-    matches = tuple(as_str(as_tuple(c)[0]) for c in as_list(clients))
-    return ExportDisplay(as_int(eid), as_str(path), as_str(pseudo), as_str(tag), matches)
-
-
-# Samples (ganesha 4.3): the reply of AddExport/UpdateExport is one string; config
-# problems that ganesha skipped (the export is live WITHOUT them) follow "Errors found:".
-#    string "1 exports added"
-#    string "1 exports updated. Errors found:
-# Config File (/tmp/gtry/exports/export-101.conf:11): Client (host-a.example.com) not found \
-# because Temporary failure in name resolution
-# "
-# (the Config File line is one line in the reply; split here at the backslash)
-def parse_export_message(text: str) -> tuple[str, list[str]]:
-    """AddExport/UpdateExport reply -> (summary, list of config errors ganesha skipped)."""
-    message = as_str(parse_dbus_reply(text)[0])
-    summary, _, rest = message.partition("Errors found:")
-    errors = [ln.strip() for ln in rest.splitlines() if ln.strip()]
-    return summary.strip().rstrip("."), errors
-
-
-@dataclass(frozen=True)
-class Activity:
-    """Who used what, as ganesha knows it: one ShowExports and one ShowClients."""
-
-    now: float  # ganesha's clock when ShowClients answered
-    exports: Mapping[int, ExportActivity]
-    clients: tuple[ClientActivity, ...] = ()
-
-
-class GaneshaHost(Protocol):
-    """The NFS server ZDS drives: nfs-ganesha (:class:`Ganesha`, the default) or the
-    kernel's (:class:`appliance.host.knfsd.Knfsd`, opt-in)."""
-
-    def render(self, spec: ExportSpec) -> str:
-        """The file this server is given for ``spec`` (what :meth:`rendered` returns once
-        it is applied); the reconciler compares the two to find drift."""
-
-    def available(self) -> bool:
-        """True when the server answers (ganesha: on DBus)."""
-
-    def restart_stuck(self) -> bool:
-        """Restarts the server's unit when systemd says it runs: called after it has not
-        answered for a while (a ganesha that hangs, or lost its DBus name, answers nothing
-        while its process lives, and systemd's Restart=on-failure never fires). False
-        when there is nothing to restart: the unit is not active (stopped on purpose, or
-        systemd restarts it by itself), or the server is the kernel's."""
-
-    def list_exports(self) -> list[LiveExport]:
-        """Exports ganesha serves now (without the pseudo root, id 0): one DBus call."""
-
-    def get_export(self, export_id: int) -> ExportDisplay | None:
-        """One live export with its pseudo path and client matches; None if not live."""
-
-    def rendered(self, export_id: int) -> str | None:
-        """The export block ZDS last wrote for ``export_id`` and the server took (None if
-        no file, or if its apply never finished: a crash between writing the file and
-        the server taking it leaves a pending mark, so the reconcile applies it again
-        instead of taking the file for what is live)."""
-
-    def add_export(self, spec: ExportSpec) -> None: ...
-
-    def add_exports(self, specs: Sequence[ExportSpec]) -> dict[int, ZdsError]:
-        """Adds many exports in one go (start-up); returns the ones that failed, by id.
-        Each failure is what :meth:`add_export` would have raised for that spec."""
-
-    def update_export(self, spec: ExportSpec) -> None:
-        """Change clients/access live; connected clients keep their mounts."""
-
-    def remove_export(self, export_id: int) -> None:
-        """Remove live and delete the file. Unknown id: no error."""
-
-    def activity(self) -> Activity:
-        """Per-export and per-client activity, for every export at once."""
-
-    def connected_clients(self, export_id: int) -> list[str]:
-        """Client addresses with state/IO on this export now (refuse delete if any)."""
 
 
 DBUS_DEST = "org.ganesha.nfsd"
@@ -373,7 +103,6 @@ _DOWN_ERRORS = (
 _ERROR_LINE = re.compile(r"Error ([A-Za-z0-9_.]+): (.*)", re.S)
 
 # Protocol names ganesha's ShowExports/ShowClients use, per NFS version we serve.
-_PROTOCOL_NAMES = {3: frozenset({"NFSv3", "MNT"}), 4: frozenset({"NFSv40", "NFSv41", "NFSv42"})}
 
 
 class GaneshaRefused(HostCommandFailed):
@@ -391,76 +120,6 @@ class GaneshaRefused(HostCommandFailed):
 class GaneshaNoReply(Unavailable):
     """A DBus call got no reply within its timeout: ganesha may be down, or still busy
     with a long call (it answers one at a time)."""
-
-
-def _client_address(addr: str) -> str:
-    """'::ffff:192.0.2.7' -> '192.0.2.7'; other addresses in canonical form."""
-    try:
-        ip = ipaddress.ip_address(addr)
-    except ValueError:
-        return addr
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return str(ip.ipv4_mapped)
-    return str(ip)
-
-
-def client_admitted(address: str, matches: tuple[str, ...]) -> bool:
-    """Does a client address fall under one of an export's CLIENT matches?
-
-    Matches ganesha could not turn into an address ("<unknown>") admit nobody; other
-    non-address matches (wildcard host names, netgroups) are treated as admitting
-    everyone: for "who may be using this export" erring on the side of yes is safe.
-    """
-    try:
-        ip = ipaddress.ip_address(_client_address(address))
-    except ValueError:
-        return any(m == "*" for m in matches)
-    for m in matches:
-        if m == "*":
-            return True
-        if m == "<unknown>":
-            continue
-        try:
-            net = ipaddress.ip_network(m, strict=False)
-        except ValueError:
-            return True
-        if ip.version == net.version and ip in net:
-            return True
-    return False
-
-
-def active_clients(activity: Activity, export_id: int, matches: Iterable[str],
-                   window: float | None = 600.0) -> list[str]:
-    """Clients that may be using ``export_id`` now, as far as ganesha can tell.
-
-    ganesha does not track which client uses which export (NFSv3 is stateless and it
-    does not keep a mount list). What it does keep: per export, the protocols used on
-    it and the time of its last request (ShowExports); per client address, the
-    protocols it used and its last request (ShowClients, never pruned until restart).
-    So this returns the clients that (1) the export's CLIENT ``matches`` admit, (2) used
-    the export's protocol family, (3) made a request within ``window`` seconds, and
-    only if the export itself saw a request within that window. It can over-report a
-    client that uses another export with the same rules (safe for "refuse delete");
-    it misses a client that has been silent longer than the window.
-    """
-    row = activity.exports.get(export_id)
-    if row is None or not row.protocols_used:
-        return []
-    if window is not None and activity.now - row.last_activity > window:
-        return []
-    families = frozenset().union(
-        *(names for names in _PROTOCOL_NAMES.values() if names & row.protocols_used)
-    )
-    admitted = tuple(matches)
-    found: set[str] = set()
-    for c in activity.clients:
-        if not c.protocols_used & families:
-            continue
-        if window is not None and activity.now - c.last_activity > window:
-            continue
-        if client_admitted(c.address, admitted):
-            found.add(_client_address(c.address))
-    return sorted(found)
 
 
 class Ganesha:
@@ -878,44 +537,3 @@ def _errors_at(error: str, file: str, starts: Sequence[tuple[int, int]]) -> int 
     return found
 
 
-def read_text_or_none(path: Path) -> str | None:
-    """The file's text; None when there is no file."""
-    try:
-        return path.read_text()
-    except FileNotFoundError:
-        return None
-
-
-def pending_mark(path: Path) -> Path:
-    """The mark that says ``path`` was written for a server that has not taken it yet."""
-    return path.with_name(f".{path.name}.pending")
-
-
-def restore_file(path: Path, old: str | None) -> None:
-    """Put back the file as it was (``old`` None: there was none)."""
-    if old is None:
-        path.unlink(missing_ok=True)
-    else:
-        write_atomic(path, old)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old or the new file, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    dfd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)

@@ -1,5 +1,5 @@
 """The Linux kernel NFS server (knfsd) as ZDS's opt-in NFS server, behind the same
-:class:`appliance.host.ganesha.GaneshaHost` protocol as nfs-ganesha.
+:class:`appliance.host.nfs_server.GaneshaHost` protocol as nfs-ganesha.
 
 Why it exists: bench/nfs_servers.py measured knfsd ahead of ganesha on the same dataset
 and client (docs/performance.md, "The data path"), so an appliance may choose it
@@ -30,11 +30,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, ZdsError
-from appliance.host.ganesha import (
+from appliance.host.ganesha_config import ExportSpec, check_export_id, check_spec
+from appliance.host.ganesha_replies import ClientActivity, ExportActivity, ExportDisplay
+from appliance.host.nfs_server import (
     Activity,
-    ClientActivity,
-    ExportActivity,
-    ExportDisplay,
     LiveExport,
     client_admitted,
     pending_mark,
@@ -42,7 +41,6 @@ from appliance.host.ganesha import (
     restore_file,
     write_atomic,
 )
-from appliance.host.ganesha_config import ExportSpec, check_export_id, check_spec
 from appliance.host.run import CommandError, Runner
 
 _SQUASH = {"No_Root_Squash": "no_root_squash", "Root_Squash": "root_squash",

@@ -20,10 +20,10 @@ from xml.sax.saxutils import escape, quoteattr
 from appliance.attach import AttachInstructions, shell_quote, virsh_commands
 from appliance.errors import Conflict, Unavailable, ZdsError
 from appliance.host.factory import HostAdapters, ProbeHosts
-from appliance.host.ganesha import Activity, GaneshaHost, LiveExport, active_clients
 from appliance.host.ganesha_config import MIN_EXPORT_ID, ClientRule, ExportSpec
 from appliance.host.ganesha_config import check_spec as check_export
 from appliance.host.iostats import IoStatsHost, NfsIo
+from appliance.host.nfs_server import Activity, GaneshaHost, LiveExport, active_clients
 from appliance.host.nfs_units import MAIN_UNIT
 from appliance.host.nfsclient import NfsMounter
 from appliance.host.zfs import DatasetInfo

@@ -25,10 +25,10 @@ from typing import Any, cast
 from appliance.engine import Engine
 from appliance.fake_hosts import FakeHosts
 from appliance.host.factory import HostAdapters, ProbeHosts
-from appliance.host.ganesha import GaneshaHost
 from appliance.host.hooks import HookHost
 from appliance.host.lio import LioHost
 from appliance.host.local import LocalHost
+from appliance.host.nfs_server import GaneshaHost
 from appliance.host.nvmet import NvmetHost
 from appliance.host.ssh import SshHost
 from appliance.host.vsphere import VsphereConnector

@@ -11,16 +11,15 @@ import pytest
 
 from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound, Unavailable
 from appliance.host.dbus_send import parse_dbus_reply
-from appliance.host.ganesha import (
-    Ganesha,
-    GaneshaRefused,
-    client_admitted,
+from appliance.host.ganesha import Ganesha, GaneshaRefused
+from appliance.host.ganesha_config import ClientRule, ExportSpec, render_export_block
+from appliance.host.ganesha_replies import (
     parse_display_export,
     parse_export_message,
     parse_show_clients,
     parse_show_exports,
 )
-from appliance.host.ganesha_config import ClientRule, ExportSpec, render_export_block
+from appliance.host.nfs_server import client_admitted
 from appliance.host.run import CommandResult, RecordingRunner
 
 FIXTURES = Path(__file__).parent / "fixtures" / "ganesha"
@@ -401,7 +400,7 @@ def test_ganesha_5_9_replies_parse_the_same() -> None:
 
 
 def _generic_show_exports(text: str) -> list[tuple[int, str, frozenset[str], float]]:
-    from appliance.host import ganesha
+    from appliance.host import ganesha_replies as ganesha
 
     real = ganesha._fast_show_exports
     try:
@@ -414,7 +413,7 @@ def _generic_show_exports(text: str) -> list[tuple[int, str, frozenset[str], flo
 
 @pytest.mark.parametrize("fixture", ["ShowExports.txt", "5.9/ShowExports.txt"])
 def test_the_fast_show_exports_reader_agrees_with_the_generic_parser(fixture: str) -> None:
-    from appliance.host.ganesha import _fast_show_exports
+    from appliance.host.ganesha_replies import _fast_show_exports
 
     text = (FIXTURES / fixture).read_text()
     fast = _fast_show_exports(text)

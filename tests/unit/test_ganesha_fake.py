@@ -8,8 +8,8 @@ import pytest
 from appliance.errors import Unavailable
 from appliance.host.contract.ganesha_checks import check_contract
 from appliance.host.fakes.ganesha import FakeGanesha
-from appliance.host.ganesha import GaneshaHost, active_clients
 from appliance.host.ganesha_config import ClientRule, ExportSpec
+from appliance.host.nfs_server import GaneshaHost, active_clients
 
 RW = (ClientRule(("127.0.0.1",), "RW"),)
 

@@ -11,9 +11,9 @@ import pytest
 
 from appliance.errors import Conflict, HostCommandFailed, InvalidInput, NotFound
 from appliance.host.contract.ganesha_checks import check_contract
-from appliance.host.ganesha import GaneshaHost
 from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.host.knfsd import Knfsd, parse_etab, parse_rmtab, render_exports_line
+from appliance.host.nfs_server import GaneshaHost
 from appliance.host.run import CommandResult, RecordingRunner
 
 RW = (ClientRule(("127.0.0.1",), "RW"),)

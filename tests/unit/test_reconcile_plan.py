@@ -7,9 +7,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from appliance import reconcile as rc
-from appliance.host.ganesha import LiveExport
 from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.host.lio import AclSpec, LiveTarget, LunSpec, TargetSpec
+from appliance.host.nfs_server import LiveExport
 from appliance.model import (
     DatastoreRecord,
     DatastoreSpec,

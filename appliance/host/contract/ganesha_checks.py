@@ -1,4 +1,4 @@
-"""Contract checks for :class:`appliance.host.ganesha.GaneshaHost` (real ``Ganesha``, real
+"""Contract checks for :class:`appliance.host.nfs_server.GaneshaHost` (real ``Ganesha``, real
 ``Knfsd`` and ``FakeGanesha``): tests/unit/test_ganesha_fake.py runs them on the fake,
 tests/integration/test_ganesha_adapter.py on the real adapter against a live nfs-ganesha,
 ``python -m appliance.host.contract --knfsd`` on ``Knfsd`` inside the appliance
@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 from appliance.errors import Conflict, InvalidInput, NotFound
 from appliance.host.contract import expect
-from appliance.host.ganesha import GaneshaHost
 from appliance.host.ganesha_config import ClientRule, ExportSpec
+from appliance.host.nfs_server import GaneshaHost
 
 RW_LOCAL = (ClientRule(("127.0.0.1",), "RW"),)
 RO_LOCAL = (ClientRule(("127.0.0.1",), "RO"),)

@@ -6,7 +6,7 @@ Same validation (``check_spec``/``render_export_block``), same errors, same idem
 - ``missing_paths`` holds export paths that "do not exist on this host" (``Conflict``);
 - ``set_connected(export_id, [addr, ...])`` simulates clients using an export now (what
   ShowExports/ShowClients would then say; who counts as connected is decided by the same
-  :func:`~appliance.host.ganesha.active_clients` as for the real one);
+  :func:`~appliance.host.nfs_server.active_clients` as for the real one);
 - ``calls`` records the DBus methods the real adapter would have called;
 - ``on_step`` (when set) is called between an export's file and its DBus call (written
   before AddExport, removed after RemoveExport, as the real adapter does), so a test can
@@ -22,20 +22,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from appliance.errors import Conflict, NotFound, Unavailable, ZdsError
-from appliance.host.ganesha import (
-    Activity,
-    ClientActivity,
-    ExportActivity,
-    ExportDisplay,
-    LiveExport,
-    active_clients,
-)
 from appliance.host.ganesha_config import (
     ExportSpec,
     check_export_id,
     check_spec,
     render_export_block,
 )
+from appliance.host.ganesha_replies import ClientActivity, ExportActivity, ExportDisplay
+from appliance.host.nfs_server import Activity, LiveExport, active_clients
 
 _FAMILY = {3: frozenset({"NFSv3", "MNT"}), 4: frozenset({"NFSv41"})}
 
