@@ -414,7 +414,8 @@ def test_what_the_scsi_target_answers_is_what_docs_esxi_says(
         # COMPARE AND WRITE (ESXi's ATS): a miscompare is MISCOMPARE, with the offset
         appliance.check("cat /tmp/sbc-B /tmp/sbc-B > /tmp/sbc-BB; "
                         "cat /tmp/sbc-A /tmp/sbc-B > /tmp/sbc-AB")
-        rc, out = appliance.exec(f"sg_compare_and_write --in=/tmp/sbc-BB --lba=10 "
+        # (-v: the tools print the sense's additional text only when verbose)
+        rc, out = appliance.exec(f"sg_compare_and_write -v --in=/tmp/sbc-BB --lba=10 "
                                  f"--num=1 {dev}")
         assert rc != 0 and "Miscompare during verify operation" in out, out
         appliance.check(f"sg_compare_and_write --in=/tmp/sbc-AB --lba=10 --num=1 {dev}")
@@ -422,7 +423,7 @@ def test_what_the_scsi_target_answers_is_what_docs_esxi_says(
                                "2>/dev/null | od -An -c | head -1").split()[0] == "B"
         invalid = "Invalid field in cdb"
         # VERIFY with BYTCHK=1 is refused (no byte compare at all); BYTCHK=0 passes
-        rc, out = appliance.exec(f"sg_verify --bytchk=1 --lba=10 --count=1 "
+        rc, out = appliance.exec(f"sg_verify -v --bytchk=1 --lba=10 --count=1 "
                                  f"--in=/tmp/sbc-B {dev}")
         assert rc != 0 and invalid in out, out
         appliance.check(f"sg_verify --16 --lba=10 --count=1 {dev}")
@@ -437,7 +438,7 @@ def test_what_the_scsi_target_answers_is_what_docs_esxi_says(
         # EXTENDED COPY (LID1): operating parameters answered, the copy status is not
         params = appliance.check(f"sg_copy_results --params {dev}")
         assert "Maximum segment descriptor count: 1" in params, params
-        rc, out = appliance.exec(f"sg_copy_results --status {dev}")
+        rc, out = appliance.exec(f"sg_copy_results -v --status {dev}")
         assert rc != 0 and invalid in out, out
     finally:
         g.logout(iqn)
