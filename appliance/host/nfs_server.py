@@ -38,8 +38,8 @@ class Activity:
 
 
 class GaneshaHost(Protocol):
-    """The NFS server ZDS drives: nfs-ganesha (:class:`appliance.host.ganesha.Ganesha`, the default) or the
-    kernel's (:class:`appliance.host.knfsd.Knfsd`, opt-in)."""
+    """The NFS server ZDS drives: nfs-ganesha (:class:`appliance.host.ganesha.Ganesha`,
+    the default) or the kernel's (:class:`appliance.host.knfsd.Knfsd`, opt-in)."""
 
     def render(self, spec: ExportSpec) -> str:
         """The file this server is given for ``spec`` (what :meth:`rendered` returns once
