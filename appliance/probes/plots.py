@@ -67,6 +67,11 @@ def render(kind: str, results: list[ProbeResult], fmt: str = "svg") -> bytes:
     plt = _plt()
     fig = {"timeseries": _timeseries, "percentiles": _percentiles, "sweep": _sweep,
            "size-sweep": _size_sweep}[kind](plt, results)
+    return _save(plt, fig, fmt)
+
+
+def _save(plt: Any, fig: Any, fmt: str) -> bytes:
+    """The figure as SVG (stable: no date) or PNG bytes; the figure is closed."""
     buf = io.BytesIO()
     fig.savefig(buf, format=fmt, dpi=100, bbox_inches="tight",
                 metadata={"Date": None} if fmt == "svg" else None)
@@ -100,11 +105,7 @@ def render_comparison(rows: list[dict[str, Any]], title: str, fmt: str = "svg") 
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format=fmt, dpi=100, bbox_inches="tight",
-                metadata={"Date": None} if fmt == "svg" else None)
-    plt.close(fig)
-    return buf.getvalue()
+    return _save(plt, fig, fmt)
 
 
 def _timeseries(plt: Any, results: list[ProbeResult]) -> Any:
