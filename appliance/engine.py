@@ -60,7 +60,7 @@ class Engine:
             "snapshot_policies": lambda: ComponentHealth(*self.policies.health())},
             cluster_role=self.cluster.role)
         self.tokens = TokenService(ctx.store)
-        self.probes = probe_service.build(ctx, ctx.hosts.probes)
+        self.probes = probe_service.build(ctx, ctx.hosts.probes, self.system.version)
         self.metrics = metrics_service.build(ctx, ctx.hosts.iostats, self.probes)
         # replication: a replicated datastore is not deleted, health shows failed/late runs
         self.replication = ReplicationService(ctx, self.datastores, self.reconciler)

@@ -491,10 +491,13 @@ def _check_ids(ids: builtins.list[str]) -> None:
 
 # --------------------------------------------------------------------- wiring
 
-def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
+def build(ctx: Context, hosts: ProbeHosts | None,
+          versions: Callable[[], Mapping[str, str]]) -> ProbeService:
     """The service on the appliance's context; ``hosts`` are fio and the loopback
     NFS/iSCSI/NVMe clients, real (appliance.host.factory) or fake
-    (appliance.fake_hosts); None refuses every run as unavailable."""
+    (appliance.fake_hosts); None refuses every run as unavailable. ``versions`` is the
+    system service's memo of the stack's versions (each result records them; asking the
+    tools costs seconds a probe under emulation)."""
     from appliance import __version__
 
     def lookup(name: str) -> DatastoreRef:
@@ -512,7 +515,7 @@ def build(ctx: Context, hosts: ProbeHosts | None) -> ProbeService:
                                "datastore": {"protocol": ref.protocol,
                                              "dataset": ref.dataset}}
         with contextlib.suppress(ZdsError):
-            out["versions"] = ctx.local.versions()
+            out["versions"] = {k: v for k, v in versions().items() if k != "zds"}
         with contextlib.suppress(ZdsError):
             info = ctx.zfs.get_dataset(ref.dataset)
             if info is not None:

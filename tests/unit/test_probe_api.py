@@ -33,7 +33,8 @@ class Probe:
         self.seen_during_run = seen
         self.devfs = FakeDevFs(self.events) if with_devfs else None
         self.service: ProbeService = build(rig.engine.ctx, ProbeHosts(
-            fio=self.fio, mounter=self.mounter, initiator=self.initiator, devfs=self.devfs))
+            fio=self.fio, mounter=self.mounter, initiator=self.initiator, devfs=self.devfs),
+            rig.engine.system.version)
         rig.engine.probes = self.service
 
 
@@ -91,6 +92,27 @@ def test_local_probe_runs_in_a_scratch_dataset_and_cleans_up(
     assert res["summary"]["iops"] > 0 and res["published"] == []
     listed = client.get("/api/v1/probes/results", params={"datastore": "ds1"}).json()
     assert [x["id"] for x in listed] == [rid] and listed[0]["steps"][0]["series"] == []
+
+
+def test_probes_record_the_versions_without_asking_the_tools_each_run(
+        client: TestClient, rig: Rig, probe: Probe) -> None:
+    """Issue 26: each probe asked zfs, ganesha and targetcli for their versions (about
+    5 s a probe under emulation); they come from the system service's memo now."""
+    asked: list[int] = []
+    real = rig.engine.ctx.local.versions
+
+    def counted() -> dict[str, str]:
+        asked.append(1)
+        return real()
+
+    rig.engine.ctx.local.versions = counted  # type: ignore[method-assign]
+    _nfs(client)
+    for _ in range(3):
+        job = _run(client, profile="randread-4k-qd32", datastore="ds1",
+                   overrides={"runtime": 1})
+        res = client.get(f"/api/v1/probes/results/{job['result_id']}").json()
+        assert res["settings"]["versions"] == real(), res["settings"]
+    assert len(asked) == 1
 
 
 def test_nfs_target_exports_the_scratch_to_loopback_and_mounts_it(
@@ -320,7 +342,7 @@ def test_an_engine_without_probe_tools_refuses_probes_and_starts_no_fio(
         client: TestClient, rig: Rig) -> None:
     """HostAdapters.probes None (a rig made by hand): a probe fails as unavailable, where
     a real fio used to be started behind the fakes' back."""
-    rig.engine.probes = build(rig.engine.ctx, None)
+    rig.engine.probes = build(rig.engine.ctx, None, rig.engine.system.version)
     _nfs(client)
     job = _run(client, profile="randread-4k-qd32", datastore="ds1")
     assert job["state"] == "failed", job

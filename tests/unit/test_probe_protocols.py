@@ -95,7 +95,7 @@ class Hosts:
         self.nvme = FakeNvmeInitiator()
         rig.engine.probes = build(rig.engine.ctx, ProbeHosts(
             fio=self.fio, mounter=self.mounter, initiator=self.initiator, devfs=None,
-            nvme=self.nvme))
+            nvme=self.nvme), rig.engine.system.version)
 
 
 def _compare(client: TestClient, **body: Any) -> dict[str, Any]:
