@@ -38,6 +38,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -312,12 +313,73 @@ def ha_bed() -> Iterator[HaBed]:
         yield bed
 
 
+class _SessionBoot:
+    """The session appliance, built (or reused) and booted in a thread of its own: started
+    at collection when other tests run first (issue 26: the integration tests then run
+    while the guest boots), or by the fixture itself otherwise."""
+
+    def __init__(self) -> None:
+        self._stack = contextlib.ExitStack()
+        self._thread: threading.Thread | None = None
+        self._app: E2EAppliance | None = None
+        self._error: BaseException | None = None
+        self.early = False
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._boot, name="zds-e2e-boot",
+                                            daemon=True)
+            self._thread.start()
+
+    def _boot(self) -> None:
+        try:
+            t0 = time.monotonic()
+            image_dir = built_image()
+            t_build = time.monotonic() - t0
+            (app,) = self._stack.enter_context(booted(image_dir, Boot()))
+            app.timings = {"build_or_reuse_s": round(t_build, 1), **app.timings,
+                           "booted_in_background": float(self.early)}
+            self._app = app
+        except BaseException as exc:  # pytest.fail is a BaseException: the fixture re-raises
+            self._error = exc
+
+    def wait(self) -> E2EAppliance:
+        self.start()
+        assert self._thread is not None
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._app is not None
+        return self._app
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self._stack.close()
+
+
+_session_boot = _SessionBoot()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Starts the session appliance's boot now when tests without it (integration) come
+    first: they take a core, the guest the rest, and the first e2e test waits less."""
+    wants = [i for i, item in enumerate(session.items)
+             if "appliance" in getattr(item, "fixturenames", ())]
+    if wants and wants[0] > 0 and not session.config.option.collectonly:
+        _session_boot.early = True
+        _session_boot.start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Powers off a session appliance booted early that no test took (a run stopped
+    before reaching the e2e tests)."""
+    _session_boot.close()
+
+
 @pytest.fixture(scope="session")
 def appliance() -> Iterator[E2EAppliance]:
-    t0 = time.monotonic()
-    image_dir = built_image()
-    t_build = time.monotonic() - t0
-    with booted(image_dir, Boot()) as (app,):
-        app.timings = {"build_or_reuse_s": round(t_build, 1), **app.timings}
-        print(f"\n[e2e] appliance up: {app.timings}, state {app.vm.state_dir}")
-        yield app
+    app = _session_boot.wait()
+    print(f"\n[e2e] appliance up: {app.timings}, state {app.vm.state_dir}")
+    yield app
+    _session_boot.close()
