@@ -43,3 +43,27 @@ def ensure_machine_hostid(local: LocalHost) -> HostidResult:
         return HostidResult(current, "machine-uuid", False)
     local.write_hostid(wanted)
     return HostidResult(wanted, "machine-uuid", True)
+
+
+def describe(result: HostidResult) -> str:
+    """The line `zds hostid` and the boot unit print."""
+    if result.source == "kept":
+        return f"zds: no machine UUID; hostid {result.hostid or '(none)'} kept"
+    return (f"zds: hostid {result.hostid} from the machine UUID"
+            + (" (changed)" if result.changed else ""))
+
+
+def main() -> int:
+    """``python -m appliance.hostid``: what zds-hostid.service runs on every boot, before
+    any pool is imported. It imports this module and the local host adapter only: `zds
+    hostid` loads the whole CLI and every adapter, 15 s on the boot's critical path under
+    emulation (issue 26)."""
+    from appliance.host.local import RealLocalHost
+    from appliance.host.run import SubprocessRunner
+
+    print(describe(ensure_machine_hostid(RealLocalHost(SubprocessRunner()))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

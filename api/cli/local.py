@@ -94,16 +94,10 @@ def cmd_token(args: argparse.Namespace) -> int:
 
 
 def cmd_hostid(args: argparse.Namespace) -> int:
-    from appliance.hostid import ensure_machine_hostid
+    from appliance.hostid import describe, ensure_machine_hostid
 
     result = ensure_machine_hostid(wiring(args).hosts(settings_of(args)).local)
-    if args.json:
-        print(json.dumps(asdict(result)))
-    elif result.source == "kept":
-        print(f"zds: no machine UUID; hostid {result.hostid or '(none)'} kept")
-    else:
-        print(f"zds: hostid {result.hostid} from the machine UUID"
-              + (" (changed)" if result.changed else ""))
+    print(json.dumps(asdict(result)) if args.json else describe(result))
     return 0
 
 

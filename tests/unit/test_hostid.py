@@ -58,3 +58,22 @@ def test_real_hostid_file_is_read_little_endian_and_written_with_zgenhostid(
     assert local.read_hostid() == "7f621f33"
     local.write_hostid("0a1b2c3d")
     assert runner.calls == [("zgenhostid", "-f", "-o", local.HOSTID_FILE, "0a1b2c3d")]
+
+
+def test_the_boot_unit_runs_the_light_entry_point_that_loads_no_cli() -> None:
+    """Issue 26: zds-hostid.service sits before every pool import; `zds hostid` loaded
+    the whole CLI and every adapter (15 s of each boot under emulation)."""
+    import subprocess
+    import sys
+
+    unit = (Path(__file__).parents[2] / "ansible/roles/zds_api/templates/"
+            "zds-hostid.service.j2").read_text()
+    assert "ExecStart={{ zds_api__venv }}/bin/python -m appliance.hostid\n" in unit
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys; "
+         "import appliance.hostid as h; h.ensure_machine_hostid = lambda local: "
+         "h.HostidResult('5e71d9b9', 'machine-uuid', False); h.main(); "
+         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('api', 'fastapi', "
+         "'pydantic') or m == 'appliance.host.factory'))"],
+        capture_output=True, text=True, check=True).stdout.splitlines()
+    assert loaded == ["zds: hostid 5e71d9b9 from the machine UUID", "[]"]
