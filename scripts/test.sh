@@ -25,7 +25,7 @@ if [ -x scripts/lint-ansible.sh ]; then phase ansible bash scripts/lint-ansible.
 timings=$(mktemp)
 trap 'rm -f "$timings"' EXIT
 rc=0
-pytest_phase() {  # pytest_phase NAME PYTEST-ARGS...: a phase whose failure ends the run later
+pytest_phase() {  # pytest_phase NAME PYTEST-ARGS...: its failure fails the run, at the end
   local name=$1 t0=$SECONDS code
   shift
   echo "== $name"
