@@ -50,6 +50,20 @@ def make_rig(state_dir: Path, pool_size: int = 100 * GiB,
     return Rig(Engine.create(settings, hosts.adapters()), hosts)
 
 
+def count_version_asks(rig: Rig) -> list[int]:
+    """Records each time the engine asks the host for the stack's versions (three
+    commands, seconds under emulation, on a real appliance); the list grows by one a call."""
+    asked: list[int] = []
+    real = rig.engine.ctx.local.versions
+
+    def counted() -> dict[str, str]:
+        asked.append(1)
+        return real()
+
+    rig.engine.ctx.local.versions = counted  # type: ignore[method-assign]
+    return asked
+
+
 @pytest.fixture
 def rig(tmp_path: Path) -> Iterator[Rig]:
     r = make_rig(tmp_path)

@@ -15,7 +15,7 @@ from appliance.engine import Engine
 from appliance.host.fakes.zfs import GiB
 from appliance.model import DatastoreRecord
 from appliance.store import Store
-from tests.unit.conftest import Rig, make_rig
+from tests.unit.conftest import Rig, count_version_asks, make_rig
 from tests.unit.test_api_datastores import ESX, ESX2, iscsi_body, nfs_body
 
 API = "/api/v1"
@@ -264,14 +264,7 @@ def test_version_asks_the_tools_once(tmp_path: Path) -> None:
     """Issue 24: GET /system/version took 2.4-4.1 s a call on a fresh appliance (three
     commands each time); the versions cannot change while the API runs."""
     rig = make_rig(tmp_path)
-    asked: list[int] = []
-    real = rig.engine.ctx.local.versions
-
-    def counted() -> dict[str, str]:
-        asked.append(1)
-        return real()
-
-    rig.engine.ctx.local.versions = counted  # type: ignore[method-assign]
+    asked = count_version_asks(rig)
     client = TestClient(create_app(rig.engine, start=False))
     headers = {"Authorization": f"Bearer {rig.engine.tokens.create('t', 'readonly')}"}
     first = client.get(f"{API}/system/version", headers=headers).json()

@@ -15,7 +15,7 @@ from appliance.host.fakes.zfs import GiB
 from appliance.host.fio import FakeFio
 from appliance.probes.service import ProbeService, build
 from appliance.transports.nfs import PROBE_EXPORT_IDS
-from tests.unit.conftest import Rig, make_rig
+from tests.unit.conftest import Rig, count_version_asks, make_rig
 
 FIX = Path(__file__).parent / "fixtures"
 ESX = "iqn.1998-01.com.vmware:esxi01-4f2a"
@@ -98,20 +98,14 @@ def test_probes_record_the_versions_without_asking_the_tools_each_run(
         client: TestClient, rig: Rig, probe: Probe) -> None:
     """Issue 26: each probe asked zfs, ganesha and targetcli for their versions (about
     5 s a probe under emulation); they come from the system service's memo now."""
-    asked: list[int] = []
-    real = rig.engine.ctx.local.versions
-
-    def counted() -> dict[str, str]:
-        asked.append(1)
-        return real()
-
-    rig.engine.ctx.local.versions = counted  # type: ignore[method-assign]
+    asked = count_version_asks(rig)
     _nfs(client)
     for _ in range(3):
         job = _run(client, profile="randread-4k-qd32", datastore="ds1",
                    overrides={"runtime": 1})
         res = client.get(f"/api/v1/probes/results/{job['result_id']}").json()
-        assert res["settings"]["versions"] == real(), res["settings"]
+        stack = client.get("/api/v1/system/version").json()
+        assert res["settings"]["versions"] == {k: v for k, v in stack.items() if k != "zds"}
     assert len(asked) == 1
 
 
