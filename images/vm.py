@@ -137,10 +137,16 @@ def _our_pid(pidfile: Path) -> int | None:
     return pid if str(pidfile).encode() in cmdline else None
 
 
+def _copy_sparse(src: Path, dst: Path) -> None:
+    """A copy that keeps a sparse disk sparse (coreutils seeks over the holes)."""
+    subprocess.run(["cp", "--sparse=always", "-p", str(src), str(dst)], check=True)
+
+
 # ---------------------------------------------------------------------------- accel
 
 
-def _qemu_version() -> str:
+def qemu_version() -> str:
+    """The first line of ``qemu-system-x86_64 --version``."""
     out = subprocess.run(["qemu-system-x86_64", "--version"], capture_output=True, text=True,
                          check=True).stdout
     return out.splitlines()[0]
@@ -158,7 +164,7 @@ def kvm_works(timeout: float = 20.0) -> bool:
         return forced == "kvm"
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):
         return False
-    key = f"{os.uname().release} {_qemu_version()}"
+    key = f"{os.uname().release} {qemu_version()}"
     cache = cache_root() / "kvm-probe.json"
     with contextlib.suppress(OSError, ValueError):
         known = json.loads(cache.read_text())
@@ -374,7 +380,9 @@ class Appliance:
         argv += [
             "-fw_cfg", f"name=opt/zds/admin-token,file={self.token_file}",
             "-display", "none",
-            "-chardev", f"file,id=ser0,path={self.serial_log}", "-serial", "chardev:ser0",
+            # append: start() empties the log, a restored guest goes on from the saved one
+            "-chardev", f"file,id=ser0,path={self.serial_log},append=on",
+            "-serial", "chardev:ser0",
             "-monitor", f"unix:{self.monitor},server=on,wait=off",
             "-pidfile", str(self.pidfile), "-daemonize",
         ]
@@ -446,6 +454,98 @@ class Appliance:
         if not _wait_gone(pid, 10):
             raise VmError(f"QEMU pid {pid} still there after SIGKILL")
         return t
+
+    # -- saved states: a booted test guest restored instead of booted again (issue 26)
+    def save_state(self, dest: Path, files: tuple[str, ...] = ()) -> float:
+        """Saves the running guest in ``dest``: RAM and devices as QEMU's migration stream
+        (ram.state), and the disks, firmware variables, token and serial log as they are
+        at that moment; ``files`` names further files of state_dir to keep (an SSH key the
+        guest trusts). The guest is paused meanwhile, then runs on with its clock set
+        again. Returns the seconds it was paused. ``dest`` appears whole or not at all."""
+        if '"' in str(dest):
+            raise VmError(f"a state path with a double quote cannot go to the monitor: {dest}")
+        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        t0 = time.monotonic()
+        self.monitor_command("stop")
+        try:
+            self.monitor_command(f'migrate -d "exec:cat > {tmp / "ram.state"}"')
+            self._wait_migration("saving the guest", 300)
+            names = ["system.qcow2", "ovmf-vars.fd", "admin-token", "machine-uuid",
+                     "serial.log", *(self.disk_path(i).name for i in self.attached_disks()),
+                     *(f"{serial}.raw" for serial, _ in self.extra_disks), *files]
+            for name in names:
+                _copy_sparse(self.state_dir / name, tmp / name)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        finally:
+            self.monitor_command("cont")  # after a finished migration too: the guest runs on
+        paused = time.monotonic() - t0
+        if self.test_control:
+            self.set_guest_clock()  # its clock stood still while it was paused
+        if dest.exists():  # another run saved the same state meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.rename(dest)
+        return paused
+
+    def restore_state(self, src: Path, kvm: bool = False, timeout: float = 300.0) -> float:
+        """Starts this appliance from a state saved by :meth:`save_state`, in its own
+        (empty) state_dir and on its own host ports: the saved files are copied in, QEMU
+        loads ram.state with ``-incoming`` and the guest resumes where it was saved. Its
+        clock is then the host's again (:meth:`set_guest_clock`, through the control
+        channel). Returns the seconds until the guest answered."""
+        if self.pid() is not None:
+            raise VmError(f"already running (pid {self.pid()}, {self.state_dir})")
+        if '"' in str(src) or " " in str(src):
+            raise VmError(f"a state path QEMU's exec: cannot take: {src}")
+        t0 = time.monotonic()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        for f in src.iterdir():
+            if f.name != "ram.state":
+                _copy_sparse(f, self.state_dir / f.name)
+        for p in (self.monitor, self.control_socket, self.pidfile):
+            p.unlink(missing_ok=True)
+        argv = [*self.qemu_argv(kvm), "-incoming", f"exec:cat {src / 'ram.state'}"]
+        (self.state_dir / "qemu.argv").write_text(json.dumps(argv) + "\n")
+        (self.state_dir / "ports.json").write_text(json.dumps(asdict(self.ports)) + "\n")
+        log(f"restoring QEMU ({'KVM' if kvm else 'TCG'}) from {src}")
+        self.started_at = time.monotonic()
+        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise VmError(f"qemu failed to start: {proc.stderr.strip()}")
+        self._wait_migration("loading the saved guest", timeout)
+        self.monitor_command("cont")  # it was saved paused
+        self.wait_control(timeout)
+        self.set_guest_clock()
+        return time.monotonic() - t0
+
+    def _wait_migration(self, what: str, timeout: float) -> None:
+        # Sample of `info migrate` (QEMU 7.2): "...\nMigration status: completed\n..."
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = re.search(r"Migration status: (\S+)", self.monitor_command("info migrate"))
+            if status and status.group(1) == "completed":
+                return
+            if status and status.group(1) in ("failed", "cancelled"):
+                raise VmError(f"{what}: migration {status.group(1)}")
+            if self.pid() is None:
+                raise VmError(f"{what}: QEMU exited; see {self.serial_log}")
+            time.sleep(0.3)
+        raise VmError(f"{what}: not done after {timeout:.0f} s")
+
+    def set_guest_clock(self) -> None:
+        """Sets the guest's clock to the host's (a restored guest's stands where it was
+        saved). Its active timers are stopped first and started after, so each is due
+        from the new time as after a boot, instead of all firing at once for the jump."""
+        timers = ("systemctl list-units --type=timer --state=active --plain --no-legend "
+                  "| awk '{print $1}'")
+        rc, out = self.exec(f"t=$({timers}); systemctl stop $t && "
+                            f"date -u -s @{time.time():.3f} >/dev/null && systemctl start $t")
+        if rc != 0:
+            raise VmError(f"could not set the guest's clock: {out}")
 
     # -- health
     def health(self, timeout: float = 5.0) -> tuple[int, str] | None:

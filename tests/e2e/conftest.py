@@ -33,6 +33,8 @@ Hazard: LIO advertises the guest's 10.0.2.15 in iSCSI discovery; connect only to
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import socket
@@ -48,7 +50,16 @@ from typing import TYPE_CHECKING
 import pytest
 
 from images import build
-from images.vm import Appliance, Ports, SocketLink, VmError, kvm_works
+from images.vm import (
+    OVMF_CODE,
+    OVMF_VARS,
+    Appliance,
+    Ports,
+    SocketLink,
+    VmError,
+    kvm_works,
+    qemu_version,
+)
 
 if TYPE_CHECKING:
     from tests.e2e.habed import HaBed
@@ -192,17 +203,25 @@ class E2EAppliance:
         self.api_healthy = _wait_api(self.vm, timeout)
 
 
-def _wait_api(vm: Appliance, timeout: float) -> bool:
-    """Waits for a 200 from the health endpoint; gives up early when zds-api cannot start."""
+def _wait_api(vm: Appliance, timeout: float, status: str | None = None) -> bool:
+    """Waits for a 200 from the health endpoint; gives up early when zds-api cannot start.
+    With ``status``, also waits (up to 2 minutes more) for the body to say it: a restored
+    guest's last check is as old as the state until the watcher's next round."""
     deadline = time.monotonic() + timeout
+    settle: float | None = None
     while time.monotonic() < deadline:
         h = vm.health()
         if h is not None and h[0] == 200:
-            return True
-        _, out = vm.exec("systemctl show -p LoadState -p ActiveState zds-api.service")
-        if "LoadState=not-found" in out or "ActiveState=failed" in out:
-            return False
-        time.sleep(3)
+            if status is None or f'"status":"{status}"' in h[1].replace(" ", ""):
+                return True
+            settle = settle or time.monotonic() + 120
+            if time.monotonic() > settle:
+                return True
+        else:
+            _, out = vm.exec("systemctl show -p LoadState -p ActiveState zds-api.service")
+            if "LoadState=not-found" in out or "ActiveState=failed" in out:
+                return False
+        time.sleep(2 if status else 3)
     return False
 
 
@@ -223,31 +242,63 @@ class Boot:
     data_disks: int = 2  # zdsdata0.. (first boot pools them as tank)
 
 
+def warm_state(image_dir: Path, boot: Boot, kvm: bool) -> Path:
+    """Where the guest ``boot`` describes is kept once booted from ``image_dir``: a state
+    saved right after its first boot reached a healthy API, restored by later runs instead
+    of booting (issue 26). Kept in the image's build directory, so it goes with the image;
+    the key holds everything else that a restore must match (QEMU, firmware, the machine)."""
+    spec = {"format": 1, "kvm": kvm, "qemu": qemu_version(),
+            "firmware": [[str(f), f.stat().st_size, f.stat().st_mtime_ns]
+                         for f in (OVMF_CODE, OVMF_VARS)],
+            "boot": [boot.name, boot.memory_mib, boot.cpus, boot.data_disks,
+                     [[link.mode, link.mac] for link in boot.links]]}
+    key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+    return image_dir / "warm" / f"{boot.name}-{key}"
+
+
+def _restores_wanted() -> bool:
+    return os.environ.get("ZDS_E2E_COLD_BOOT", "") not in ("1", "yes", "true")
+
+
 @contextlib.contextmanager
 def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
     """Boots one appliance per ``boots`` from ``image_dir`` (fresh overlay and data disks,
     random host ports, a fresh SSH key each), all started before any is waited for (a
     socket link's listening side first), and powers them off afterwards. Serial logs are
     kept as $ZDS_E2E_KEEP_LOG (default /tmp/zds-e2e-serial.log), or next to it as
-    ``<stem>-<name>.log`` for a name other than "appliance"."""
+    ``<stem>-<name>.log`` for a name other than "appliance".
+
+    A first boot that reached a healthy API is saved (:func:`warm_state`); later runs of
+    the same image restore the saved guests instead, on new ports and with the host's
+    clock, in seconds instead of minutes under TCG. ZDS_E2E_COLD_BOOT=1 always boots."""
     kvm = kvm_works()
+    warm = [warm_state(image_dir, boot, kvm) for boot in boots] if _restores_wanted() else []
+    restore = bool(warm) and all((w / "ram.state").exists() for w in warm)
     apps: list[E2EAppliance] = []
     try:
-        for boot in boots:
+        t1 = time.monotonic()
+        for i, boot in enumerate(boots):
             state = Path(tempfile.mkdtemp(prefix=f"zds-e2e-{boot.name}-"))
             key = state / "ssh-key"
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
-                            "-f", str(key)], check=True)
             vm = Appliance(state_dir=state, base_image=image_dir / "zds.raw",
                            ports=Ports.random_free(), test_control=True,
                            ssh_port=_free_port(), ssh_authorized_keys=key.with_suffix(".pub"),
                            links=boot.links, memory_mib=boot.memory_mib, cpus=boot.cpus,
                            data_disks=boot.data_disks)
-            vm.prepare(fresh_system=True, fresh_data=True)
             apps.append(E2EAppliance(vm=vm, image_dir=image_dir))
+            if restore:  # the saved guest trusts the saved key, which comes with it
+                took = vm.restore_state(warm[i], kvm=kvm, timeout=BOOT_TIMEOUT)
+                apps[-1].timings = {"restored_s": round(took, 1), "accel_kvm": float(kvm)}
+                continue
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
+                            "-f", str(key)], check=True)
+            vm.prepare(fresh_system=True, fresh_data=True)
             vm.start(kvm=kvm)
-        t1 = time.monotonic()
         for boot, app in zip(boots, apps, strict=True):
+            if restore:
+                app.api_healthy = _wait_api(app.vm, BOOT_TIMEOUT, status="ok")
+                app.timings["restored_to_health_s"] = round(time.monotonic() - t1, 1)
+                continue
             try:
                 app.vm.wait_control(BOOT_TIMEOUT)
             except VmError as e:
@@ -258,6 +309,9 @@ def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
             app.timings = {"boot_to_control_s": round(t_control, 1),
                            "boot_to_health_s": round(time.monotonic() - t1, 1),
                            "accel_kvm": float(kvm)}
+        if not restore and warm and all(app.api_healthy for app in apps):
+            for app, w in zip(apps, warm, strict=True):
+                _save_warm(app, w)
         yield apps
     finally:
         for boot, app in zip(boots, apps, strict=False):
@@ -269,6 +323,19 @@ def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
             if log.exists():
                 shutil.copy(log, keep)
             shutil.rmtree(app.vm.state_dir, ignore_errors=True)
+
+
+def _save_warm(app: E2EAppliance, dest: Path) -> None:
+    """Saves a first-booted guest for later runs; a failure costs those runs a boot only."""
+    for old in (dest.parent.glob(f"{dest.name.rsplit('-', 1)[0]}-*") if dest.parent.exists()
+                else ()):
+        if old != dest and ".tmp-" not in old.name:  # a state for another QEMU or machine
+            shutil.rmtree(old, ignore_errors=True)
+    try:
+        app.timings["saved_paused_s"] = round(
+            app.vm.save_state(dest, files=("ssh-key", "ssh-key.pub")), 1)
+    except (VmError, OSError, subprocess.CalledProcessError) as e:
+        print(f"\n[e2e] could not save the booted {dest.name} for later runs: {e}")
 
 
 def built_image() -> Path:

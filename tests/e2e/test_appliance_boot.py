@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 import pytest
 
@@ -92,6 +93,23 @@ def test_cluster_stack_is_carried_but_inert(appliance: E2EAppliance) -> None:
     appliance.check("test ! -e /etc/corosync/corosync.conf")
     # the ha role's firewall drop-in is loaded with base's table
     assert "corosync" in appliance.check("nft list chain inet zds input")
+
+
+def test_the_guest_runs_on_the_hosts_clock_and_no_calendar_timer_fired(
+        appliance: E2EAppliance) -> None:
+    """Holds for a booted guest and for one restored from a saved state (conftest
+    warm_state): the guest's clock is the host's, no unit failed, and the monthly scrub
+    never started. A restored guest's clock jumps forward by the state's age; without its
+    timers restarted around the jump, every calendar timer it passes fires at once."""
+    before = time.time()
+    _rc, out = appliance.exec("date +%s.%N; systemctl is-system-running; "
+                              "systemctl show -p InactiveExitTimestampMonotonic "
+                              "zds-scrub.service; zpool status tank | grep -c 'scan:' || true")
+    after = time.time()
+    guest_now, state, scrub_started, scans = out.split()[:4]
+    assert before - 5 <= float(guest_now) <= after + 5, (before, out)
+    assert state == "running", out
+    assert (scrub_started, scans) == ("InactiveExitTimestampMonotonic=0", "0"), out
 
 
 def test_data_disks_have_their_serials(appliance: E2EAppliance) -> None:
