@@ -137,6 +137,50 @@ def _our_pid(pidfile: Path) -> int | None:
     return pid if str(pidfile).encode() in cmdline else None
 
 
+def save_states(guests: list[tuple[Appliance, Path]], files: tuple[str, ...] = ()) -> float:
+    """Saves running guests, each in its own directory: RAM and devices as QEMU's migration
+    stream (ram.state), and its disks, firmware variables, token and serial log as they
+    are at that moment (:meth:`Appliance.state_files`; ``files`` names further files of
+    each state_dir to keep, such as an SSH key the guest trusts). All are paused first
+    and run on together at the end, so guests that talk to each other (a cluster) see no
+    one of them stall; then their clocks are set again, since a pause stops them. Each
+    directory appears whole or not at all. Returns the seconds they were paused."""
+    tmps: list[Path] = []
+    for _vm, dest in guests:
+        if '"' in str(dest):
+            raise VmError(f"a state path with a double quote cannot go to the monitor: {dest}")
+        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        tmps.append(tmp)
+    t0 = time.monotonic()
+    for vm, _dest in guests:
+        vm.monitor_command("stop")
+    try:
+        for (vm, _dest), tmp in zip(guests, tmps, strict=True):
+            vm.monitor_command(f'migrate -d "exec:cat > {tmp / "ram.state"}"')
+            vm._wait_migration("saving the guest", 300)
+            for name in vm.state_files(files):
+                _copy_sparse(vm.state_dir / name, tmp / name)
+    except BaseException:
+        for tmp in tmps:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    finally:
+        for vm, _dest in guests:  # after a finished migration too: the guest runs on
+            vm.monitor_command("cont")
+    paused = time.monotonic() - t0
+    for vm, _dest in guests:
+        if vm.test_control:
+            vm.set_guest_clock()
+    for (_vm, dest), tmp in zip(guests, tmps, strict=True):
+        if dest.exists():  # another run saved the same state meanwhile
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.rename(dest)
+    return paused
+
+
 def _copy_sparse(src: Path, dst: Path) -> None:
     """A copy that keeps a sparse disk sparse (coreutils seeks over the holes)."""
     subprocess.run(["cp", "--sparse=always", "-p", str(src), str(dst)], check=True)
@@ -457,46 +501,24 @@ class Appliance:
 
     # -- saved states: a booted test guest restored instead of booted again (issue 26)
     def save_state(self, dest: Path, files: tuple[str, ...] = ()) -> float:
-        """Saves the running guest in ``dest``: RAM and devices as QEMU's migration stream
-        (ram.state), and the disks, firmware variables, token and serial log as they are
-        at that moment; ``files`` names further files of state_dir to keep (an SSH key the
-        guest trusts). The guest is paused meanwhile, then runs on with its clock set
-        again. Returns the seconds it was paused. ``dest`` appears whole or not at all."""
-        if '"' in str(dest):
-            raise VmError(f"a state path with a double quote cannot go to the monitor: {dest}")
-        tmp = dest.with_name(f"{dest.name}.tmp-{os.getpid()}")
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        t0 = time.monotonic()
-        self.monitor_command("stop")
-        try:
-            self.monitor_command(f'migrate -d "exec:cat > {tmp / "ram.state"}"')
-            self._wait_migration("saving the guest", 300)
-            names = ["system.qcow2", "ovmf-vars.fd", "admin-token", "machine-uuid",
-                     "serial.log", *(self.disk_path(i).name for i in self.attached_disks()),
-                     *(f"{serial}.raw" for serial, _ in self.extra_disks), *files]
-            for name in names:
-                _copy_sparse(self.state_dir / name, tmp / name)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-        finally:
-            self.monitor_command("cont")  # after a finished migration too: the guest runs on
-        paused = time.monotonic() - t0
-        if self.test_control:
-            self.set_guest_clock()  # its clock stood still while it was paused
-        if dest.exists():  # another run saved the same state meanwhile
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            tmp.rename(dest)
-        return paused
+        """Saves the running guest in ``dest`` (see :func:`save_states`); returns the
+        seconds it was paused."""
+        return save_states([(self, dest)], files)
 
-    def restore_state(self, src: Path, kvm: bool = False, timeout: float = 300.0) -> float:
-        """Starts this appliance from a state saved by :meth:`save_state`, in its own
+    def state_files(self, files: tuple[str, ...] = ()) -> list[str]:
+        """The names in state_dir a saved state keeps beside ram.state."""
+        return ["system.qcow2", "ovmf-vars.fd", "admin-token", "machine-uuid", "serial.log",
+                *(self.disk_path(i).name for i in self.attached_disks()),
+                *(f"{serial}.raw" for serial, _ in self.extra_disks), *files]
+
+    def restore_state(self, src: Path, kvm: bool = False, timeout: float = 300.0,
+                      resume: bool = True) -> float:
+        """Starts this appliance from a state saved by :func:`save_states`, in its own
         (empty) state_dir and on its own host ports: the saved files are copied in, QEMU
-        loads ram.state with ``-incoming`` and the guest resumes where it was saved. Its
-        clock is then the host's again (:meth:`set_guest_clock`, through the control
-        channel). Returns the seconds until the guest answered."""
+        loads ram.state with ``-incoming``, and (``resume``) the guest runs on where it was
+        saved, with the host's clock (:meth:`resume`). Guests saved together are loaded
+        with ``resume=False`` and then resumed one right after the other. Returns the
+        seconds taken."""
         if self.pid() is not None:
             raise VmError(f"already running (pid {self.pid()}, {self.state_dir})")
         if '"' in str(src) or " " in str(src):
@@ -517,10 +539,15 @@ class Appliance:
         if proc.returncode != 0:
             raise VmError(f"qemu failed to start: {proc.stderr.strip()}")
         self._wait_migration("loading the saved guest", timeout)
+        if resume:
+            self.resume(timeout)
+        return time.monotonic() - t0
+
+    def resume(self, timeout: float = 300.0) -> None:
+        """Runs a loaded (paused) guest on, and sets its clock to the host's."""
         self.monitor_command("cont")  # it was saved paused
         self.wait_control(timeout)
         self.set_guest_clock()
-        return time.monotonic() - t0
 
     def _wait_migration(self, what: str, timeout: float) -> None:
         # Sample of `info migrate` (QEMU 7.2): "...\nMigration status: completed\n..."

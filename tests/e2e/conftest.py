@@ -68,6 +68,8 @@ BOOT_TIMEOUT = float(os.environ.get("ZDS_E2E_BOOT_TIMEOUT", "900"))
 PHASES = {"after_reboot": 1, "after_power_cycle": 2}
 # the data disks after the shared power cycle: zdsdata1 failed, zdsdata2 new and empty
 POWER_CYCLE_DISKS = (0, 2)
+# what a saved guest keeps beside its disks: the SSH key it trusts (booted() makes it)
+SAVED_FILES = ("ssh-key", "ssh-key.pub")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -256,12 +258,14 @@ def warm_state(image_dir: Path, boot: Boot, kvm: bool) -> Path:
     return image_dir / "warm" / f"{boot.name}-{key}"
 
 
-def _restores_wanted() -> bool:
+def restores_wanted() -> bool:
+    """False when ZDS_E2E_COLD_BOOT says to boot every guest (and save none)."""
     return os.environ.get("ZDS_E2E_COLD_BOOT", "") not in ("1", "yes", "true")
 
 
 @contextlib.contextmanager
-def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
+def booted(image_dir: Path, *boots: Boot,
+           restore_from: tuple[Path, ...] = ()) -> Iterator[list[E2EAppliance]]:
     """Boots one appliance per ``boots`` from ``image_dir`` (fresh overlay and data disks,
     random host ports, a fresh SSH key each), all started before any is waited for (a
     socket link's listening side first), and powers them off afterwards. Serial logs are
@@ -270,9 +274,14 @@ def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
 
     A first boot that reached a healthy API is saved (:func:`warm_state`); later runs of
     the same image restore the saved guests instead, on new ports and with the host's
-    clock, in seconds instead of minutes under TCG. ZDS_E2E_COLD_BOOT=1 always boots."""
+    clock, in seconds instead of minutes under TCG. ZDS_E2E_COLD_BOOT=1 always boots.
+    ``restore_from`` names other saved states to restore, one per boot (a configured
+    cluster saved with :func:`images.vm.save_states`); they are loaded first and then
+    resumed one right after the other."""
     kvm = kvm_works()
-    warm = [warm_state(image_dir, boot, kvm) for boot in boots] if _restores_wanted() else []
+    warm = [warm_state(image_dir, boot, kvm) for boot in boots] if restores_wanted() else []
+    if restore_from:
+        warm = list(restore_from)
     restore = bool(warm) and all((w / "ram.state").exists() for w in warm)
     apps: list[E2EAppliance] = []
     try:
@@ -287,16 +296,24 @@ def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
                            data_disks=boot.data_disks)
             apps.append(E2EAppliance(vm=vm, image_dir=image_dir))
             if restore:  # the saved guest trusts the saved key, which comes with it
-                took = vm.restore_state(warm[i], kvm=kvm, timeout=BOOT_TIMEOUT)
-                apps[-1].timings = {"restored_s": round(took, 1), "accel_kvm": float(kvm)}
+                vm.restore_state(warm[i], kvm=kvm, timeout=BOOT_TIMEOUT, resume=False)
                 continue
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
                             "-f", str(key)], check=True)
             vm.prepare(fresh_system=True, fresh_data=True)
             vm.start(kvm=kvm)
+        if restore:
+            for app in apps:  # together: guests saved together talk to each other
+                app.vm.monitor_command("cont")
+            for app in apps:
+                app.vm.wait_control(BOOT_TIMEOUT)
+                app.vm.set_guest_clock()
+                app.timings = {"restored_s": round(time.monotonic() - t1, 1),
+                               "accel_kvm": float(kvm)}
         for boot, app in zip(boots, apps, strict=True):
-            if restore:
-                app.api_healthy = _wait_api(app.vm, BOOT_TIMEOUT, status="ok")
+            if restore:  # a just-booted guest's health says ok (a cluster node's need not)
+                app.api_healthy = _wait_api(app.vm, BOOT_TIMEOUT,
+                                            status=None if restore_from else "ok")
                 app.timings["restored_to_health_s"] = round(time.monotonic() - t1, 1)
                 continue
             try:
@@ -309,13 +326,15 @@ def booted(image_dir: Path, *boots: Boot) -> Iterator[list[E2EAppliance]]:
             app.timings = {"boot_to_control_s": round(t_control, 1),
                            "boot_to_health_s": round(time.monotonic() - t1, 1),
                            "accel_kvm": float(kvm)}
-        if not restore and warm and all(app.api_healthy for app in apps):
+        if not restore and warm and not restore_from and all(a.api_healthy for a in apps):
             for app, w in zip(apps, warm, strict=True):
                 _save_warm(app, w)
         yield apps
     finally:
         for boot, app in zip(boots, apps, strict=False):
-            app.vm.stop(timeout=60)
+            # the guest is thrown away: no point waiting a minute for a cluster node's
+            # clean shutdown (pacemaker stops its resources first)
+            app.vm.stop(timeout=20)
             log = app.vm.state_dir / "serial.log"
             keep = Path(os.environ.get("ZDS_E2E_KEEP_LOG", "/tmp/zds-e2e-serial.log"))
             if boot.name != "appliance":
@@ -332,8 +351,7 @@ def _save_warm(app: E2EAppliance, dest: Path) -> None:
         if old != dest and ".tmp-" not in old.name:  # a state for another QEMU or machine
             shutil.rmtree(old, ignore_errors=True)
     try:
-        app.timings["saved_paused_s"] = round(
-            app.vm.save_state(dest, files=("ssh-key", "ssh-key.pub")), 1)
+        app.timings["saved_paused_s"] = round(app.vm.save_state(dest, files=SAVED_FILES), 1)
     except (VmError, OSError, subprocess.CalledProcessError) as e:
         print(f"\n[e2e] could not save the booted {dest.name} for later runs: {e}")
 
@@ -369,11 +387,12 @@ def shared_power_cycle(appliance: E2EAppliance) -> float:
     return took
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ha_bed() -> Iterator[HaBed]:
     """The HA test bed (tests/e2e/habed.py): switch, shared-disk guest and two nodes in a
-    pacemaker pair, booted and configured once for every module that asks for it. A
-    module that breaks it (kills a node, cuts a link) leaves it whole again."""
+    pacemaker pair, booted and configured (or restored configured) for the module that
+    asks for it, and powered off after it: three idle guests would slow every module
+    that runs after (pacemaker monitors, MMP writes each second)."""
     from tests.e2e.habed import ha_bed as boot_bed  # habed imports this module
 
     with boot_bed(built_image()) as bed:

@@ -36,6 +36,8 @@ import os
 import re
 import secrets
 import shlex
+import shutil
+import subprocess
 import tempfile
 import time
 import uuid
@@ -51,8 +53,15 @@ import jinja2
 
 from appliance.model import naa_wwn
 from images.paths import REPO
-from images.vm import Switch
-from tests.e2e.conftest import Boot, E2EAppliance, booted
+from images.vm import Switch, VmError, kvm_works, save_states
+from tests.e2e.conftest import (
+    SAVED_FILES,
+    Boot,
+    E2EAppliance,
+    booted,
+    restores_wanted,
+    warm_state,
+)
 from tests.e2e.rest import api_client
 
 CLUSTER = "zdsha"
@@ -773,9 +782,29 @@ def make_pool(app: E2EAppliance) -> None:
               f"zpool export {POOL}", timeout=300)
 
 
+def bed_state(image_dir: Path, boots: tuple[Boot, ...], kvm: bool) -> Path:
+    """Where the configured bed is kept once set up: its three guests saved together
+    (issue 26: the setup takes 10-15 minutes under TCG). The key holds this module's
+    source, which is the configuration the bed ran, and each guest's own key (QEMU,
+    firmware, machine); it goes with the image, as every saved guest does."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    for boot in boots:
+        h.update(warm_state(image_dir, boot, kvm).name.encode())
+    return image_dir / "warm" / f"habed-{h.hexdigest()[:16]}"
+
+
+def serving(s: ClusterStatus) -> bool:
+    """Both nodes online with quorum, and the whole group started on one of them."""
+    where = {s.node_of(r) for r in (POOL_RSC, IP_RSC, WWW_RSC)}
+    return set(s.online) == {n.name for n in NODES} and s.quorum and len(where) == 1 \
+        and "" not in where
+
+
 @contextlib.contextmanager
 def ha_bed(image_dir: Path, memory_mib: int = 3072) -> Iterator[HaBed]:
-    """Boots and configures the bed; powers it all off afterwards."""
+    """Boots and configures the bed, or restores it as a run of the same image and the
+    same bed code saved it once configured; powers it all off afterwards.
+    ZDS_E2E_COLD_BOOT=1 always boots and configures."""
     t0 = time.monotonic()
     timings: dict[str, float] = {}
     state = Path(tempfile.mkdtemp(prefix="zds-e2e-habed-switch-"))
@@ -788,7 +817,11 @@ def ha_bed(image_dir: Path, memory_mib: int = 3072) -> Iterator[HaBed]:
         node_boots = [Boot(n.name, memory_mib=memory_mib, links=tuple(
             switch.link(seg, n.port, mac(seg, n.host))
             for seg in ("storage", "cluster", "service"))) for n in NODES]
-        with booted(image_dir, jbod_boot, *node_boots) as apps:
+        boots = (jbod_boot, *node_boots)
+        saved = bed_state(image_dir, boots, kvm_works()) if restores_wanted() else None
+        restore = saved is not None and (saved / "timings.json").exists()
+        with booted(image_dir, *boots, restore_from=tuple(
+                saved / b.name for b in boots) if saved and restore else ()) as apps:
             jbod, *node_apps = apps
             for app in apps:
                 assert app.api_healthy, f"the API never became healthy; see {app.serial_log}"
@@ -796,8 +829,17 @@ def ha_bed(image_dir: Path, memory_mib: int = 3072) -> Iterator[HaBed]:
             bed = HaBed(switch, jbod, {n.name: a for n, a in zip(NODES, node_apps,
                                                                   strict=True)}, timings)
             try:
-                _configure(bed, timings)
-                timings["total_setup_s"] = round(time.monotonic() - t0, 1)
+                if saved is not None and restore:
+                    timings["restored_s"] = timings.pop("boot_s")
+                    bed.wait_status(NODES[0].name, serving, what="serving again")
+                    timings["serving_again_s"] = round(time.monotonic() - t0, 1)
+                    timings.update({f"saved_{k}": v for k, v in json.loads(
+                        (saved / "timings.json").read_text()).items()})
+                else:
+                    _configure(bed, timings)
+                    timings["total_setup_s"] = round(time.monotonic() - t0, 1)
+                    if saved is not None:
+                        _save_bed(bed, boots, saved, timings)
                 yield bed
             finally:
                 keep_journals(bed)
@@ -807,6 +849,26 @@ def ha_bed(image_dir: Path, memory_mib: int = 3072) -> Iterator[HaBed]:
             for p in state.iterdir():
                 p.unlink()
             state.rmdir()
+
+
+def _save_bed(bed: HaBed, boots: tuple[Boot, ...], saved: Path,
+              timings: dict[str, float]) -> None:
+    """Saves the configured bed for later runs; a failure costs those runs a setup only.
+    timings.json, written last, marks a whole save."""
+    for old in saved.parent.glob("habed-*"):
+        if old != saved:  # another version of the bed
+            shutil.rmtree(old, ignore_errors=True)
+    shutil.rmtree(saved, ignore_errors=True)
+    saved.mkdir(parents=True)
+    apps = (bed.jbod, *(bed.nodes[n.name] for n in NODES))
+    try:
+        timings["saved_paused_s"] = round(save_states(
+            [(app.vm, saved / boot.name) for app, boot in zip(apps, boots, strict=True)],
+            files=SAVED_FILES), 1)
+        (saved / "timings.json").write_text(json.dumps(timings) + "\n")
+    except (VmError, OSError, subprocess.CalledProcessError) as e:
+        print(f"\n[e2e] could not save the configured HA bed for later runs: {e}")
+        shutil.rmtree(saved, ignore_errors=True)
 
 
 def keep_journals(bed: HaBed) -> None:
