@@ -65,6 +65,8 @@ if TYPE_CHECKING:
     from tests.e2e.habed import HaBed
 
 BOOT_TIMEOUT = float(os.environ.get("ZDS_E2E_BOOT_TIMEOUT", "900"))
+# a restore takes seconds; one that has not answered by then is booted instead
+RESTORE_TIMEOUT = 180.0
 PHASES = {"after_reboot": 1, "after_power_cycle": 2}
 # the data disks after the shared power cycle: zdsdata1 failed, zdsdata2 new and empty
 POWER_CYCLE_DISKS = (0, 2)
@@ -284,32 +286,50 @@ def booted(image_dir: Path, *boots: Boot,
         warm = list(restore_from)
     restore = bool(warm) and all((w / "ram.state").exists() for w in warm)
     apps: list[E2EAppliance] = []
+
+    def new_vm(boot: Boot) -> Appliance:
+        state = Path(tempfile.mkdtemp(prefix=f"zds-e2e-{boot.name}-"))
+        return Appliance(state_dir=state, base_image=image_dir / "zds.raw",
+                         ports=Ports.random_free(), test_control=True, ssh_port=_free_port(),
+                         ssh_authorized_keys=state / "ssh-key.pub", links=boot.links,
+                         memory_mib=boot.memory_mib, cpus=boot.cpus,
+                         data_disks=boot.data_disks)
+
     try:
         t1 = time.monotonic()
-        for i, boot in enumerate(boots):
-            state = Path(tempfile.mkdtemp(prefix=f"zds-e2e-{boot.name}-"))
-            key = state / "ssh-key"
-            vm = Appliance(state_dir=state, base_image=image_dir / "zds.raw",
-                           ports=Ports.random_free(), test_control=True,
-                           ssh_port=_free_port(), ssh_authorized_keys=key.with_suffix(".pub"),
-                           links=boot.links, memory_mib=boot.memory_mib, cpus=boot.cpus,
-                           data_disks=boot.data_disks)
-            apps.append(E2EAppliance(vm=vm, image_dir=image_dir))
-            if restore:  # the saved guest trusts the saved key, which comes with it
-                vm.restore_state(warm[i], kvm=kvm, timeout=BOOT_TIMEOUT, resume=False)
-                continue
-            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "zds-e2e",
-                            "-f", str(key)], check=True)
-            vm.prepare(fresh_system=True, fresh_data=True)
-            vm.start(kvm=kvm)
         if restore:
-            for app in apps:  # together: guests saved together talk to each other
-                app.vm.monitor_command("cont")
-            for app in apps:
-                app.vm.wait_control(BOOT_TIMEOUT)
-                app.vm.set_guest_clock()
-                app.timings = {"restored_s": round(time.monotonic() - t1, 1),
-                               "accel_kvm": float(kvm)}
+            try:
+                for boot, saved in zip(boots, warm, strict=True):
+                    # the saved guest trusts the saved SSH key, which comes with it
+                    apps.append(E2EAppliance(vm=new_vm(boot), image_dir=image_dir))
+                    apps[-1].vm.restore_state(saved, kvm=kvm, timeout=RESTORE_TIMEOUT,
+                                              resume=False)
+                for app in apps:  # together: guests saved together talk to each other
+                    app.vm.monitor_command("cont")
+                for app in apps:
+                    app.vm.wait_control(RESTORE_TIMEOUT)
+                    app.vm.set_guest_clock()
+                    app.timings = {"restored_s": round(time.monotonic() - t1, 1),
+                                   "accel_kvm": float(kvm)}
+            except (VmError, OSError, subprocess.CalledProcessError) as e:
+                if restore_from:  # the caller needs those very states
+                    raise
+                print(f"\n[e2e] the saved guests did not come back ({e}): booting instead")
+                for app in apps:
+                    app.vm.stop(timeout=5)
+                    shutil.rmtree(app.vm.state_dir, ignore_errors=True)
+                for saved in warm:
+                    shutil.rmtree(saved, ignore_errors=True)
+                apps.clear()
+                restore, t1 = False, time.monotonic()
+        if not restore:
+            for boot in boots:
+                vm = new_vm(boot)
+                subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C",
+                                "zds-e2e", "-f", str(vm.state_dir / "ssh-key")], check=True)
+                vm.prepare(fresh_system=True, fresh_data=True)
+                apps.append(E2EAppliance(vm=vm, image_dir=image_dir))
+                vm.start(kvm=kvm)
         for boot, app in zip(boots, apps, strict=True):
             if restore:  # a just-booted guest's health says ok (a cluster node's need not)
                 app.api_healthy = _wait_api(app.vm, BOOT_TIMEOUT,
