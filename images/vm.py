@@ -448,13 +448,19 @@ class Appliance:
             raise VmError(f"already running (pid {self.pid()}, {self.state_dir})")
         if kvm is None:
             kvm = kvm_works()
+        self.serial_log.write_bytes(b"")
+        self._launch(kvm, f"starting QEMU ({'KVM' if kvm else 'TCG'}), "
+                          f"serial log {self.serial_log}")
+
+    def _launch(self, kvm: bool, what: str, extra: tuple[str, ...] = ()) -> None:
+        """Starts (daemonizes) QEMU with qemu_argv and ``extra``, recording the argv and
+        ports in state_dir."""
         for p in (self.monitor, self.control_socket, self.pidfile):
             p.unlink(missing_ok=True)
-        self.serial_log.write_bytes(b"")
-        argv = self.qemu_argv(kvm)
+        argv = [*self.qemu_argv(kvm), *extra]
         (self.state_dir / "qemu.argv").write_text(json.dumps(argv) + "\n")
         (self.state_dir / "ports.json").write_text(json.dumps(asdict(self.ports)) + "\n")
-        log(f"starting QEMU ({'KVM' if kvm else 'TCG'}), serial log {self.serial_log}")
+        log(what)
         self.started_at = time.monotonic()
         proc = subprocess.run(argv, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
@@ -511,14 +517,13 @@ class Appliance:
                 *(self.disk_path(i).name for i in self.attached_disks()),
                 *(f"{serial}.raw" for serial, _ in self.extra_disks), *files]
 
-    def restore_state(self, src: Path, kvm: bool = False, timeout: float = 300.0,
-                      resume: bool = True) -> float:
-        """Starts this appliance from a state saved by :func:`save_states`, in its own
-        (empty) state_dir and on its own host ports: the saved files are copied in, QEMU
-        loads ram.state with ``-incoming``, and (``resume``) the guest runs on where it was
-        saved, with the host's clock (:meth:`resume`). Guests saved together are loaded
-        with ``resume=False`` and then resumed one right after the other. Returns the
-        seconds taken."""
+    def restore_state(self, src: Path, kvm: bool = False, timeout: float = 300.0) -> float:
+        """Loads a state saved by :func:`save_states` into this appliance, in its own
+        (empty) state_dir and on its own host ports: the saved files are copied in and QEMU
+        loads ram.state with ``-incoming``. The guest stays paused, as it was saved:
+        ``cont`` on the monitor runs it on (guests saved together are loaded first, then
+        run on one right after the other), and :meth:`set_guest_clock` gives it the host's
+        clock. Returns the seconds taken."""
         if self.pid() is not None:
             raise VmError(f"already running (pid {self.pid()}, {self.state_dir})")
         if '"' in str(src) or " " in str(src):
@@ -528,26 +533,10 @@ class Appliance:
         for f in src.iterdir():
             if f.name != "ram.state":
                 _copy_sparse(f, self.state_dir / f.name)
-        for p in (self.monitor, self.control_socket, self.pidfile):
-            p.unlink(missing_ok=True)
-        argv = [*self.qemu_argv(kvm), "-incoming", f"exec:cat {src / 'ram.state'}"]
-        (self.state_dir / "qemu.argv").write_text(json.dumps(argv) + "\n")
-        (self.state_dir / "ports.json").write_text(json.dumps(asdict(self.ports)) + "\n")
-        log(f"restoring QEMU ({'KVM' if kvm else 'TCG'}) from {src}")
-        self.started_at = time.monotonic()
-        proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            raise VmError(f"qemu failed to start: {proc.stderr.strip()}")
+        self._launch(kvm, f"restoring QEMU ({'KVM' if kvm else 'TCG'}) from {src}",
+                     ("-incoming", f"exec:cat {src / 'ram.state'}"))
         self._wait_migration("loading the saved guest", timeout)
-        if resume:
-            self.resume(timeout)
         return time.monotonic() - t0
-
-    def resume(self, timeout: float = 300.0) -> None:
-        """Runs a loaded (paused) guest on, and sets its clock to the host's."""
-        self.monitor_command("cont")  # it was saved paused
-        self.wait_control(timeout)
-        self.set_guest_clock()
 
     def _wait_migration(self, what: str, timeout: float) -> None:
         # Sample of `info migrate` (QEMU 7.2): "...\nMigration status: completed\n..."

@@ -302,8 +302,7 @@ def booted(image_dir: Path, *boots: Boot,
                 for boot, saved in zip(boots, warm, strict=True):
                     # the saved guest trusts the saved SSH key, which comes with it
                     apps.append(E2EAppliance(vm=new_vm(boot), image_dir=image_dir))
-                    apps[-1].vm.restore_state(saved, kvm=kvm, timeout=RESTORE_TIMEOUT,
-                                              resume=False)
+                    apps[-1].vm.restore_state(saved, kvm=kvm, timeout=RESTORE_TIMEOUT)
                 for app in apps:  # together: guests saved together talk to each other
                     app.vm.monitor_command("cont")
                 for app in apps:
