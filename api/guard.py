@@ -19,7 +19,8 @@ whole anyway) and the route run, with the verdict in ``request.state.principal``
 :func:`api.deps.authorize`. Health needs no token; one given is checked the same way and
 makes the full answer (api/routes/system.py), and health is never refused: past a limit
 it gives the public answer. A refusal made before the body is read closes the
-connection, so the server stops reading what the client is still sending.
+connection, so the server stops reading what the client is still sending; a 413 first
+reads and drops the rest of the body, within bounds (``DISCARD_BYTES``, see there).
 
 While a route runs, the guard watches for the client leaving and then cancels the route:
 a long-poll whose client went away stops holding its token's slot at once. (A route that
@@ -57,6 +58,14 @@ RETRY_AFTER = "1"  # seconds: a slot frees as soon as one request answers
 VERIFY_THREADS = 2
 _VERIFY_POOL = ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="zds-auth")
 
+# A 413 goes to a client that holds a valid token and is still sending its body. Closing
+# a connection with unread bytes makes the kernel send a reset, and a reset can overtake
+# the answer: through QEMU's user network a client got the 413's headers and lost its
+# body. So the rest of the body is read and dropped first, up to this many bytes past the
+# limit and for this long; beyond that the answer goes at once (and may be lost).
+DISCARD_BYTES = 16 << 20
+DISCARD_SECONDS = 10.0
+
 PathKind = Literal["protected", "health", "open"]
 
 
@@ -73,6 +82,14 @@ def path_kind(path: str) -> PathKind:
 
 class _ClientGone(Exception):
     """The client closed the connection before its body was read."""
+
+
+class _TooLarge(Exception):
+    """The body grew past the limit; ``ended`` when that chunk was its last."""
+
+    def __init__(self, ended: bool) -> None:
+        super().__init__(ended)
+        self.ended = ended
 
 
 class Guard:
@@ -206,12 +223,18 @@ class Guard:
             else (self.max_body, "max_body")
         length = _content_length(scope)
         body = None
+        ended = False
         if length is None or length <= limit:
             try:
                 body = await _read_body(receive, limit)
             except _ClientGone:
                 return
+            except _TooLarge as too_large:
+                ended = too_large.ended
         if body is None:
+            if not ended and (length is None or length <= limit + DISCARD_BYTES) \
+                    and not await _discard_body(receive, limit + DISCARD_BYTES):
+                return  # the client left
             await self._refuse(scope, receive, send, 413, "too_large",
                                f"the request body is larger than {limit} bytes, the most "
                                f"this API takes here ({setting})", {"limit": limit})
@@ -312,8 +335,8 @@ def _closing(scope: Scope) -> dict[str, str]:
     return {"Connection": "close"} if chunked or (length or 0) > 0 else {}
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole body, or None as soon as it grows past ``limit`` bytes."""
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    """The whole body; :class:`_TooLarge` as soon as it grows past ``limit`` bytes."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -322,8 +345,24 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
             raise _ClientGone()
         chunk: bytes = message.get("body", b"")
         size += len(chunk)
+        more = bool(message.get("more_body", False))
         if size > limit:
-            return None
+            raise _TooLarge(ended=not more)
         chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not more:
             return b"".join(chunks)
+
+
+async def _discard_body(receive: Receive, most: int) -> bool:
+    """Read and drop the rest of the body: up to its end, ``most`` bytes or
+    ``DISCARD_SECONDS``, whichever comes first. False when the client left meanwhile."""
+    dropped = 0
+    with anyio.move_on_after(DISCARD_SECONDS):
+        while dropped <= most:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return False
+            dropped += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+    return True

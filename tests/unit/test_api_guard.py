@@ -16,6 +16,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from api import guard
 from api.app import create_app
 from appliance.services.tokens import Principal
 from appliance.settings import Settings
@@ -44,6 +45,8 @@ class Sent:
         self.headers: dict[str, str] = {}
         self.body = b""
         self.chunks_read = 0
+        self.read_when_answered = -1  # chunks read when the answer began
+        self.asked_past_the_end = False  # receive() called after the last chunk
 
     @property
     def error(self) -> dict[str, Any]:
@@ -52,9 +55,10 @@ class Sent:
 
 
 def call(app: FastAPI, method: str, path: str, headers: dict[str, str],
-         chunks: list[bytes]) -> Sent:
+         chunks: list[bytes], *, stall: bool = False) -> Sent:
     """One request straight through the ASGI interface, its body sent in ``chunks``, so
-    the test sees how many of them the app asked for."""
+    the test sees how many of them the app asked for; with ``stall`` the client stops
+    sending after them without ending the body."""
     sent = Sent()
 
     async def run() -> None:
@@ -64,12 +68,14 @@ def call(app: FastAPI, method: str, path: str, headers: dict[str, str],
             if sent.chunks_read < len(chunks):
                 sent.chunks_read += 1
                 return {"type": "http.request", "body": chunks[sent.chunks_read - 1],
-                        "more_body": sent.chunks_read < len(chunks)}
+                        "more_body": stall or sent.chunks_read < len(chunks)}
+            sent.asked_past_the_end = not stall
             await done.wait()
             return {"type": "http.disconnect"}
 
         async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
+                sent.read_when_answered = sent.chunks_read
                 sent.status = message["status"]
                 sent.headers = {k.decode().lower(): v.decode() for k, v in message["headers"]}
             elif message["type"] == "http.response.body":
@@ -129,23 +135,41 @@ def test_a_body_over_max_body_is_413_and_changes_nothing(small: Rig) -> None:
     app = create_app(small.engine, start=False)
     admin = bearer(small.engine.tokens.create("boss", "admin"))
     body = json.dumps({**nfs_body(), "pad": "x" * 5000}).encode()
-    # announced by Content-Length: refused before reading
-    sent = call(app, "PUT", f"{API}/datastores/big",
-                {**admin, "Content-Length": str(len(body))}, [body])
-    assert (sent.status, sent.error["code"]) == (413, "too_large"), sent.body
-    assert sent.chunks_read == 0 and sent.error["detail"] == {"limit": 4096}
-    assert "max_body" in sent.error["message"]
-    # streamed without a length: reading stops at the chunk that crosses the limit
+    chunks = [body[i:i + 1000] for i in range(0, len(body), 1000)]
+    # announced by Content-Length or streamed without one, the 413 comes once the rest of
+    # the body was read and dropped (so closing the connection sends no reset)
+    for framing in ({"Content-Length": str(len(body))}, {"Transfer-Encoding": "chunked"}):
+        sent = call(app, "PUT", f"{API}/datastores/big", {**admin, **framing}, chunks)
+        assert (sent.status, sent.error["code"]) == (413, "too_large"), sent.body
+        assert sent.read_when_answered == len(chunks), framing
+        assert not sent.asked_past_the_end, framing
+        assert sent.error["detail"] == {"limit": 4096} and "max_body" in sent.error["message"]
+        assert sent.headers["connection"] == "close"
+    # the chunk that crosses the limit is the last: answered without asking for more
     sent = call(app, "PUT", f"{API}/datastores/big", {**admin, "Transfer-Encoding": "chunked"},
-                [body[i:i + 1000] for i in range(0, len(body), 1000)])
-    assert (sent.status, sent.error["code"]) == (413, "too_large"), sent.body
-    assert sent.chunks_read == 5 and sent.headers["connection"] == "close"
+                [body])
+    assert (sent.status, sent.read_when_answered, sent.asked_past_the_end) == (413, 1, False)
+    # a length beyond what the guard drops: refused before reading a byte
+    huge = {**admin, "Content-Length": str(4096 + guard.DISCARD_BYTES + 1)}
+    sent = call(app, "PUT", f"{API}/datastores/big", huge, chunks)
+    assert (sent.status, sent.chunks_read) == (413, 0), sent.body
     with TestClient(app, headers=admin) as c:
         r = c.put(f"{API}/datastores/big", content=iter([body]))  # chunked over HTTP
         assert r.status_code == 413 and r.json()["error"]["code"] == "too_large"
         assert small.engine.store.get_datastore("big") is None
         # a body under the limit goes through
         assert c.put(f"{API}/datastores/small", json=nfs_body()).status_code == 201
+
+
+def test_a_413_waits_no_longer_than_discard_seconds_for_a_stalled_body(
+        small: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guard, "DISCARD_SECONDS", 0.2)
+    app = create_app(small.engine, start=False)
+    admin = bearer(small.engine.tokens.create("boss", "admin"))
+    sent = call(app, "PUT", f"{API}/datastores/big", {**admin, "Content-Length": "9000"},
+                [b"x" * 5000], stall=True)
+    assert (sent.status, sent.error["code"]) == (413, "too_large"), sent.body
+    assert sent.headers["connection"] == "close"
 
 
 def test_a_client_probe_result_may_be_larger_up_to_max_result_body(small: Rig) -> None:
