@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from appliance.errors import InvalidInput
-from appliance.host.fio import FakeFio
+from appliance.host.fio import FakeFio, Fio
+from appliance.host.run import RecordingRunner
+from appliance.host.spawn import FakeSpawner
 from appliance.host.sysstat import SysStats
 from appliance.probes.execute import CancelToken, ProbeExecutor, ProbeTarget
 from appliance.probes.model import ProbeResult
@@ -134,3 +136,11 @@ def test_rtt_local_runs_against_a_loopback_echo_server(tmp_path: Path) -> None:
     assert s["samples"] == 50
     assert 0 < s["lat_p50_ms"] <= s["lat_p95_ms"] <= s["lat_p99_ms"] <= s["lat_max_ms"]
     assert len(res.steps[0].series) == 50
+
+
+def test_fio_is_asked_its_version_once() -> None:
+    runner = RecordingRunner()
+    runner.on(["fio", "--version"], "fio-3.33\n")
+    fio = Fio(runner, FakeSpawner())
+    assert [fio.version(), fio.version()] == ["fio-3.33", "fio-3.33"]
+    assert runner.calls == [("fio", "--version")]
