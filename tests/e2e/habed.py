@@ -30,6 +30,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import gzip
 import hashlib
 import json
 import os
@@ -42,7 +43,7 @@ import tempfile
 import time
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -354,6 +355,73 @@ def parse_client_log(out: str) -> ClientLog:
     return ClientLog(tuple(reads))
 
 
+# The numbered-records writers (HaBed.start_writers): record i is "rec-%011d\n" (16
+# bytes) at byte 16*i of the NFS file, and at the start of block RECORDS_AT_BLOCK + i of
+# the LUN (4096-byte blocks, the rest zeros).
+RECORD = 16
+RECORDS_AT_BLOCK = 1024
+LUN_BLOCK = 4096
+
+
+def record(i: int) -> bytes:
+    return b"rec-%011d\n" % i
+
+
+def parse_acked(out: str) -> list[tuple[int, float]]:
+    """A writer's log, lines "<record number> <unix time on the client's clock>": each
+    line written once that record's write returned (fsync, or O_DIRECT|O_DSYNC)."""
+    acked = []
+    for line in out.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            with contextlib.suppress(ValueError):
+                acked.append((int(parts[0]), float(parts[1])))
+    return acked
+
+
+def lost_records(data: bytes, stride: int, acked: Iterable[int], first: int = 0) -> list[int]:
+    """The acknowledged records that ``data`` (read back from the file or LUN, starting at
+    record ``first``) does not hold at their place: lost, or not what was written."""
+    lost = []
+    for i in acked:
+        at = (i - first) * stride
+        if data[at:at + RECORD] != record(i):
+            lost.append(i)
+    return lost
+
+
+def writers_script(nfs_file: str, lun_dev: str, home: str = "/root") -> str:
+    """Starts two writers in the background, one numbered record at a time (see RECORD):
+    to ``nfs_file`` (dd conv=fsync: committed when dd exits 0) and to ``lun_dev``
+    (O_DIRECT|O_DSYNC). Each appends "<i> <unix time>" to ``home``/acked-nfs or acked-lun
+    (the client's own disk) once record i's write returned: what the client was told is
+    stable. A failed write is retried as the next number after a second."""
+    nfs = (f"printf 'rec-%011d\\n' $i | dd of={shlex.quote(nfs_file)} bs={RECORD} "
+           "seek=$i count=1 conv=notrunc,fsync status=none")
+    lun = (f"printf 'rec-%011d\\n' $i | dd of={shlex.quote(lun_dev)} bs={LUN_BLOCK} "
+           f"seek=$(({RECORDS_AT_BLOCK} + i)) count=1 conv=sync,notrunc oflag=direct,dsync "
+           "status=none")
+    script = [f"rm -f {home}/writers.stop {home}/acked-nfs {home}/acked-lun"]
+    for kind, write in (("nfs", nfs), ("lun", lun)):
+        loop = (f"i=0; while [ ! -e {home}/writers.stop ]; do i=$((i+1)); "
+                f"if {write}; then echo \"$i $(date +%s.%N)\" >> {home}/acked-{kind}; "
+                "else sleep 1; fi; done")
+        script.append(f"nohup bash -c {shlex.quote(loop)} >{home}/writer-{kind}.log 2>&1 "
+                      f"& echo $! > {home}/writer-{kind}.pid")
+    return "\n".join(script)
+
+
+def stop_writers_script(timeout: float, home: str = "/root") -> str:
+    """Stops writers_script's writers, waiting up to ``timeout`` s for each to exit (a
+    write blocked on a takeover finishes first); fails when one is still blocked."""
+    return f"""touch {home}/writers.stop
+for kind in nfs lun; do
+  pid=$(cat {home}/writer-$kind.pid)
+  for i in $(seq {int(timeout)}); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+  if kill -0 $pid 2>/dev/null; then echo "the $kind writer is still blocked"; exit 1; fi
+done"""
+
+
 @dataclass(frozen=True)
 class JournalEntry:
     t: float  # unix time (the node's clock)
@@ -599,6 +667,29 @@ class HaBed:
     def stop_client_loop(self) -> ClientLog:
         out = self.client.check("kill $(cat /root/habed-client.pid); cat /root/habed-client.log")
         return parse_client_log(out)
+
+    def start_writers(self, nfs_file: str, lun_dev: str) -> None:
+        """Two writers on the client in the background (writers_script), through the NFS
+        mount and the iSCSI session. They write on through a takeover (the mount is
+        hard, the session's replacement timeout long) until stop_writers()."""
+        self.client.check(writers_script(nfs_file, lun_dev))
+
+    def stop_writers(self, timeout: float = 600) -> dict[str, list[tuple[int, float]]]:
+        """Asks the writers to stop, waits (a write blocked on the takeover has to finish
+        first) and returns what each acknowledged (parse_acked)."""
+        self.client.check(stop_writers_script(timeout), timeout=timeout + 60)
+        return {kind: parse_acked(self.client.check(f"cat /root/acked-{kind}"))
+                for kind in ("nfs", "lun")}
+
+    def read_back(self, path: str, skip_blocks: int = 0, blocks: int | None = None) -> bytes:
+        """``path`` (a file on the NFS mount or the LUN) read on the client with O_DIRECT,
+        so from the server and not the client's cache: the whole file, or ``blocks``
+        4096-byte blocks from block ``skip_blocks``."""
+        count = f" skip={skip_blocks} count={blocks}" if blocks is not None else ""
+        out = self.client.check(f"dd if={shlex.quote(path)} bs={LUN_BLOCK}{count} "
+                                "iflag=direct status=none | gzip -1 | base64 -w0",
+                                timeout=600)
+        return gzip.decompress(base64.b64decode(out.strip()))
 
     def journal(self, on: str, since: float) -> list[JournalEntry]:
         """The node's journal from ``since`` (unix time on the node's clock)."""

@@ -9,7 +9,9 @@ Then the unplanned failure: the active node's QEMU is killed (-9); the survivor 
 notice, fence it (its key leaves every LUN), import the pool (waiting out the MMP
 activity check) and serve its datastores with the same export path, IQN and serial,
 bring the address and the service up, and the client reads the same data again through
-its NFS mount and its iSCSI session. Each step's time is printed (from the survivor's
+its NFS mount and its iSCSI session. Through it all the client writes numbered records
+to the mount and the LUN; every one whose write returned must be read back from the
+survivor (acknowledged writes lost: 0). Each step's time is printed (from the survivor's
 journal, on the host's clock). Then the killed node boots again and rejoins as standby,
 having forgotten the pool's datastores, and a planned failover moves the pool back.
 
@@ -20,6 +22,7 @@ the module."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from pathlib import Path
@@ -32,15 +35,19 @@ from tests.e2e.habed import (
     CLUSTER,
     DATA,
     IP_RSC,
+    LUN_BLOCK,
     LUN_COUNT,
     NODES,
     POOL,
     POOL_RSC,
+    RECORD,
+    RECORDS_AT_BLOCK,
     VIP,
     WWW_RSC,
     HaBed,
     failover_timeline,
     fence_scsi_key,
+    lost_records,
     lun_path,
 )
 from tests.e2e.rest import ok
@@ -57,6 +64,7 @@ GROUP_RSCS = (POOL_RSC, IP_RSC, WWW_RSC)
 KEYS = {n.name: fence_scsi_key(CLUSTER, n.name) for n in NODES}
 NFS_DS, LUN_DS = "hanfs", "halun"
 NFS_TEXT = "zds-ha-nfs-record-1"
+NFS_RECORDS = "/mnt/hanfs/records"  # the numbered records written through the takeover
 LUN_TEXT = "zds-ha-lun-block-1"
 # what test_1b served, for the takeover's checks
 SERVED: dict[str, Any] = {}
@@ -144,8 +152,11 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
     survivor = ha_bed.peer(victim)
     assert victim, ha_bed.status(survivor)
     ha_bed.start_client_loop()
+    if SERVED:
+        ha_bed.start_writers(NFS_RECORDS, SERVED["dev"])
     offset, offset_err = ha_bed.clock_offset(ha_bed.nodes[survivor])
-    time.sleep(3)  # a few good reads first
+    client_offset, _ = ha_bed.clock_offset(ha_bed.client)
+    time.sleep(3)  # a few good reads (and records) first
     t_kill = ha_bed.nodes[victim].kill()
     t0 = time.monotonic()
     s = ha_bed.wait_status(survivor, lambda s: all(s.node_of(r) == survivor
@@ -207,6 +218,23 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
         print(f"[e2e] after the takeover the client read NFS back in {t_nfs:.1f} s and the "
               f"LUN in {t_lun:.1f} s (after crm_mon showed the group); the survivor's "
               f"take: {c['last_takeover']}")
+        # nothing acknowledged is lost: every record whose write returned before, during
+        # or after the takeover is read back from the survivor at its place
+        acked = ha_bed.stop_writers()
+        top = max((i for i, _ in acked["lun"]), default=0)
+        back = {"nfs": (ha_bed.read_back(NFS_RECORDS), RECORD),
+                "lun": (ha_bed.read_back(SERVED["dev"], RECORDS_AT_BLOCK, top + 1), LUN_BLOCK)}
+        killed_at = t_kill + client_offset
+        writes: dict[str, tuple[int, int, list[int]]] = {}
+        for kind, (data, stride) in back.items():
+            numbers = [i for i, _ in acked[kind]]
+            after = sum(1 for _, t in acked[kind] if t > killed_at)
+            writes[kind] = (len(numbers) - after, after, lost_records(data, stride, numbers))
+            times = [t for _, t in acked[kind]]
+            pause = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
+            print(f"[e2e] {kind} writer: {len(numbers)} records acknowledged ({after} after "
+                  f"the kill), longest wait for one {pause:.1f} s, "
+                  f"{len(writes[kind][2])} lost")
         # what pacemaker printed, kept beside the serial logs: the unit tests' fixtures
         # (tests/unit/fixtures/pacemaker) are in this format
         keep = Path(os.environ.get("ZDS_E2E_KEEP_LOG", "/tmp/zds-e2e-serial.log"))
@@ -221,6 +249,9 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
         assert lun_back == LUN_TEXT, lun_back
         assert drift["in_sync"], drift
         assert c["last_takeover"] and c["last_takeover"]["fenced"] == victim, c
+        for kind, (before, after, lost) in writes.items():
+            assert before > 0 and after > 0, (kind, before, after)
+            assert lost == [], f"{kind}: acknowledged records lost: {lost}"
 
 
 @after_the_first_round

@@ -8,7 +8,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import time
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -297,3 +300,36 @@ def test_fence_history() -> None:
 """
     assert H.parse_fence_history(xml) == [H.FenceEvent("reboot", "ha-a", "success", "ha-b"),
                                           H.FenceEvent("on", "ha-a", "success", "ha-a")]
+
+
+def test_the_writers_acknowledge_only_records_that_are_in_place(tmp_path: Path) -> None:
+    """The numbered-records writers, run by bash on two files here (the LUN a file of
+    blocks): every record they acknowledge is read back at its place; a record changed
+    afterwards (what a lost write looks like) is found."""
+    nfs, lun = tmp_path / "records", tmp_path / "lun"
+    lun.write_bytes(b"\0" * H.LUN_BLOCK)
+    subprocess.run(["bash", "-c", H.writers_script(str(nfs), str(lun), str(tmp_path))],
+                   check=True, timeout=30)
+    time.sleep(1.5)
+    subprocess.run(["bash", "-c", H.stop_writers_script(30, str(tmp_path))], check=True,
+                   timeout=60)
+    acked = {k: H.parse_acked((tmp_path / f"acked-{k}").read_text()) for k in ("nfs", "lun")}
+    for kind in ("nfs", "lun"):
+        numbers = [i for i, _ in acked[kind]]
+        assert numbers[:3] == [1, 2, 3], (kind, numbers)  # both wrote, in order
+        times = [t for _, t in acked[kind]]
+        assert times == sorted(times) and times[0] > 1.7e9
+    lun_data = lun.read_bytes()[H.RECORDS_AT_BLOCK * H.LUN_BLOCK:]
+    lun_acked = [i for i, _ in acked["lun"]]
+    assert H.lost_records(nfs.read_bytes(), H.RECORD, [i for i, _ in acked["nfs"]]) == []
+    assert H.lost_records(lun_data, H.LUN_BLOCK, lun_acked) == []
+    # one record overwritten, one beyond what was read back: both lost
+    broken = bytearray(lun_data)
+    broken[2 * H.LUN_BLOCK:2 * H.LUN_BLOCK + H.RECORD] = H.record(7)
+    assert H.lost_records(bytes(broken), H.LUN_BLOCK, [*lun_acked, 10**6]) == [2, 10**6]
+    assert lun.read_bytes()[:H.LUN_BLOCK] == b"\0" * H.LUN_BLOCK  # block 0 untouched
+
+
+def test_parse_acked_skips_what_is_not_a_record_line() -> None:
+    out = "1 1764139200.5\n2 1764139201.25\ndd: error writing\n\n3 x\n"
+    assert H.parse_acked(out) == [(1, 1764139200.5), (2, 1764139201.25)]
