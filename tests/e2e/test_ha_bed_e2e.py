@@ -22,7 +22,6 @@ the module."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from pathlib import Path
@@ -30,25 +29,21 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.habed import (
-    CLIENT_INITIATOR,
-    CLUSTER,
-    DATA,
-    IP_RSC,
-    LUN_BLOCK,
-    LUN_COUNT,
-    NODES,
-    POOL,
-    POOL_RSC,
-    RECORD,
-    RECORDS_AT_BLOCK,
-    VIP,
-    WWW_RSC,
-    HaBed,
-    failover_timeline,
-    fence_scsi_key,
-    lost_records,
-    lun_path,
+from tests.e2e.habed import CLUSTER, DATA, NODES, POOL, VIP, HaBed, fence_scsi_key
+from tests.e2e.harounds import (
+    GROUP_RSCS,
+    LUN_DS,
+    LUN_TEXT,
+    NFS_DS,
+    NFS_TEXT,
+    Served,
+    Takeover,
+    kill_round,
+    lun_body,
+    nfs_body,
+    planned_round,
+    rejoin,
+    serve,
 )
 from tests.e2e.rest import ok
 
@@ -60,29 +55,28 @@ pytestmark = [
 after_the_first_round = pytest.mark.skipif(
     os.environ.get("ZDS_E2E_HA") != "1",
     reason="the rejoin and the planned failover are opt-in (ZDS_E2E_HA=1)")
-GROUP_RSCS = (POOL_RSC, IP_RSC, WWW_RSC)
 KEYS = {n.name: fence_scsi_key(CLUSTER, n.name) for n in NODES}
-NFS_DS, LUN_DS = "hanfs", "halun"
-NFS_TEXT = "zds-ha-nfs-record-1"
-NFS_RECORDS = "/mnt/hanfs/records"  # the numbered records written through the takeover
-LUN_TEXT = "zds-ha-lun-block-1"
-# what test_1b served, for the takeover's checks
-SERVED: dict[str, Any] = {}
+# what test_1b served, for the takeovers' checks
+SERVED: list[Served] = []
 
 
-def identity(ds: dict[str, Any]) -> tuple[Any, ...]:
-    """What a host keys a datastore on: the export id and path, the IQN and serial."""
-    nfs, iscsi = ds.get("nfs") or {}, ds.get("iscsi") or {}
-    return (ds["name"], nfs.get("export_id"), nfs.get("path"), iscsi.get("iqn"),
-            iscsi.get("serial"), iscsi.get("wwn"))
-
-
-def lun_read(bed: HaBed, dev: str, timeout: float = 600) -> str:
-    """The LUN's first block as the client reads it (O_DIRECT: from the target, not the
-    client's cache), up to the first NUL."""
-    rc, out = bed.client.exec(f"timeout {timeout:g} dd if={dev} bs=4096 count=1 "
-                              "iflag=direct status=none | tr -d '\\000'", timeout=timeout + 60)
-    return out.strip() if rc == 0 else f"<dd exit {rc}: {out.strip()}>"
+def check_served_through(t: Takeover, served: Served) -> None:
+    """What every takeover must keep: the same identities on the new node, the client's
+    record and block read back through the mount and session it had, no drift, and
+    every record acknowledged before, during and after the move read back at its place
+    (acknowledged writes lost: 0), with records acknowledged on both sides of it."""
+    assert t.identities == {"nfs": served.nfs, "lun": served.lun}, t.identities
+    assert t.extra["nfs_text"] == NFS_TEXT, t.extra
+    assert t.extra["lun_text"] == LUN_TEXT, t.extra
+    assert t.drift_in_sync, t
+    for kind, w in t.writes.items():
+        print(f"[e2e] {kind} writer: {w.before + w.after} records acknowledged ({w.after} "
+              f"after the {t.kind} takeover was set off, the first {w.first_after} s after "
+              f"it), longest wait for one {w.longest_wait:.1f} s, {len(w.lost)} lost")
+    assert set(t.writes) == {"nfs", "lun"}, t.writes
+    for kind, w in t.writes.items():
+        assert w.before > 0 and w.after > 0, (kind, w)
+        assert w.lost == (), f"{kind}: acknowledged records lost: {w.lost}"
 
 
 def test_1_pair_formed_and_every_node_registered_on_every_lun(ha_bed: HaBed) -> None:
@@ -111,62 +105,33 @@ def test_1_pair_formed_and_every_node_registered_on_every_lun(ha_bed: HaBed) -> 
 def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
     active = ha_bed.active()
     standby = ha_bed.peer(active)
-    nfs_body = {"protocol": "nfs3", "size": "1G", "pool": POOL,
-                "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}
-    lun_body = {"protocol": "iscsi", "size": "1G", "pool": POOL,
-                "iscsi": {"initiators": [CLIENT_INITIATOR]}}
     with ha_bed.api(standby) as api:
         # a change on the node without the pool: 503 naming the node that has it
-        r = api.put(f"/datastores/{NFS_DS}", json=nfs_body)
+        r = api.put(f"/datastores/{NFS_DS}", json=nfs_body())
         assert r.status_code == 503, r.text
         err = r.json()["error"]
         assert err["code"] == "not_active" and err["detail"]["active"] == active, err
         h = ok(api.get("/system/health"))
         assert h["cluster"]["role"] == "standby" and h["cluster"]["peer"] == active, h
+        r = api.put(f"/datastores/{LUN_DS}", json=lun_body())
+        assert r.status_code == 503, r.text
+    served = serve(ha_bed, active)
     with ha_bed.api(active) as api:
-        nfs = ok(api.put(f"/datastores/{NFS_DS}", json=nfs_body), 201)
-        lun = ok(api.put(f"/datastores/{LUN_DS}", json=lun_body), 201)
-        nfs, lun = (ok(api.get(f"/datastores/{n}")) for n in (NFS_DS, LUN_DS))
-        assert nfs["serving"] and lun["serving"], (nfs, lun)
         c = ok(api.get("/cluster"))
         assert c["node"] == active and c["pools"][0]["node"] == active, c
-    SERVED.update(nfs=identity(nfs), lun=identity(lun))
-    ha_bed.client_mount(nfs["nfs"]["path"])
-    ha_bed.client.check(f"echo {NFS_TEXT} > /mnt/hanfs/record && sync /mnt/hanfs/record "
-                        "&& cat /mnt/hanfs/record")
-    dev = ha_bed.client_login(lun["iscsi"]["iqn"], lun["iscsi"]["serial"])
-    SERVED["dev"] = dev
-    ha_bed.client.check(f"printf '%s' {LUN_TEXT} | dd of={dev} bs=4096 conv=sync "
-                        "oflag=direct,dsync status=none")
-    assert lun_read(ha_bed, dev, 60) == LUN_TEXT
     # the pacemaker adapter's contract, on the real cluster (the active node)
     out = ha_bed.nodes[active].check(
         f"/opt/zds/venv/bin/python -m appliance.host.contract.cluster_checks {POOL}",
         timeout=300)
     assert "ok   cluster" in out, out
-    print(f"\n[e2e] served by {active}: {SERVED}")
+    SERVED.append(served)
+    print(f"\n[e2e] served by {active}: {served}")
 
 
 def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) -> None:
-    victim = ha_bed.active()
-    survivor = ha_bed.peer(victim)
-    assert victim, ha_bed.status(survivor)
-    ha_bed.start_client_loop()
-    if SERVED:
-        ha_bed.start_writers(NFS_RECORDS, SERVED["dev"])
-    offset, offset_err = ha_bed.clock_offset(ha_bed.nodes[survivor])
-    client_offset, _ = ha_bed.clock_offset(ha_bed.client)
-    time.sleep(3)  # a few good reads (and records) first
-    t_kill = ha_bed.nodes[victim].kill()
-    t0 = time.monotonic()
-    s = ha_bed.wait_status(survivor, lambda s: all(s.node_of(r) == survivor
-                                                   for r in GROUP_RSCS),
-                           timeout=600, what=f"serving from {survivor}")
-    t_served = time.monotonic() - t0
-    deadline = time.monotonic() + 120
-    while ha_bed.client_get()[0] != 0 and time.monotonic() < deadline:
-        time.sleep(1)
-    client = ha_bed.stop_client_loop()
+    served = SERVED[0] if SERVED else None
+    t = kill_round(ha_bed, served)
+    victim, survivor = t.source, t.target
     rc, body = ha_bed.client_get()
     assert rc == 0 and body.strip() == DATA, body
 
@@ -180,105 +145,57 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
     history = ha_bed.fence_history(survivor, victim)
     assert any(e.action in ("reboot", "off") and e.status == "success"
                and e.delegate == survivor for e in history), history
+    s = ha_bed.status(survivor)
     assert s.unclean == () and victim not in s.online, s
 
-    tl = failover_timeline(ha_bed.journal(survivor, t_kill + offset - 30),
-                           t_kill + offset, victim=victim, survivor=survivor)
-    mmp = ha_bed.nodes[survivor].check(
-        "cat /sys/module/zfs/parameters/zfs_multihost_interval "
-        "/sys/module/zfs/parameters/zfs_multihost_import_intervals").split()
-    # ZFS's debug log says how long the import watched the pool for another writer
-    rc, delay = ha_bed.nodes[survivor].exec(
-        "grep -o 'import_delay=[0-9]*' /proc/spl/kstat/zfs/dbgmsg | tail -1")
-    outage = client.outage()
+    tl = t.timeline
+    assert tl is not None
+    fails, total = t.client_reads
     print(f"\n[e2e] failover {victim} -> {survivor} (seconds after the kill on the "
-          f"survivor's clock, +-{offset_err:.1f}): {tl.summary()}\n[e2e] crm_mon showed "
-          f"the group on {survivor} {t_served:.1f} s after the kill (polling); the client "
-          f"could not read for {outage:.1f} s ({client.fails} failed reads of "
-          f"{client.total}); MMP: interval {mmp[0]} ms x {mmp[1]} import intervals, "
-          f"{delay.strip() or 'import_delay not logged'} ns")
+          f"survivor's clock, +-{t.extra['clock_offset_err']}): {tl.summary()}\n[e2e] "
+          f"crm_mon showed the group on {survivor} {t.group_on_target:.1f} s after the kill "
+          f"(polling); the client could not read for {t.client_outage:.1f} s ({fails} "
+          f"failed reads of {total}); MMP: interval {t.mmp[0]} ms x {t.mmp[1]} import "
+          f"intervals, import_delay {t.import_delay_ns} ns")
     assert tl.complete(), tl
     # fencing came before the import, and the import waited out the MMP activity check
-    assert tl.fenced is not None and tl.fenced <= tl.start_of(POOL_RSC), tl
-    assert tl.started(POOL_RSC) - tl.start_of(POOL_RSC) >= \
-        int(mmp[0]) * int(mmp[1]) / 1000 * 0.9, tl
+    assert tl.fenced is not None and tl.fenced <= tl.start_of(GROUP_RSCS[0]), tl
+    assert tl.started(GROUP_RSCS[0]) - tl.start_of(GROUP_RSCS[0]) >= \
+        t.mmp[0] * t.mmp[1] / 1000 * 0.9, tl
 
-    # the survivor serves the same datastores: same export id and path, IQN, serial
-    if SERVED:
-        t0 = time.monotonic()
-        nfs_back = ha_bed.client.check("timeout 600 cat /mnt/hanfs/record", timeout=660)
-        t_nfs = time.monotonic() - t0
-        lun_back = lun_read(ha_bed, SERVED["dev"])
-        t_lun = time.monotonic() - t0
-        with ha_bed.api(survivor) as api:
-            got = {k: identity(ok(api.get(f"/datastores/{n}")))
-                   for k, n in (("nfs", NFS_DS), ("lun", LUN_DS))}
-            drift = ok(api.get("/system/drift"))
-            c = ok(api.get("/cluster"))
-        print(f"[e2e] after the takeover the client read NFS back in {t_nfs:.1f} s and the "
-              f"LUN in {t_lun:.1f} s (after crm_mon showed the group); the survivor's "
-              f"take: {c['last_takeover']}")
-        # nothing acknowledged is lost: every record whose write returned before, during
-        # or after the takeover is read back from the survivor at its place
-        acked = ha_bed.stop_writers()
-        top = max((i for i, _ in acked["lun"]), default=0)
-        back = {"nfs": (ha_bed.read_back(NFS_RECORDS), RECORD),
-                "lun": (ha_bed.read_back(SERVED["dev"], RECORDS_AT_BLOCK, top + 1), LUN_BLOCK)}
-        killed_at = t_kill + client_offset
-        writes: dict[str, tuple[int, int, list[int]]] = {}
-        for kind, (data, stride) in back.items():
-            numbers = [i for i, _ in acked[kind]]
-            after = sum(1 for _, t in acked[kind] if t > killed_at)
-            writes[kind] = (len(numbers) - after, after, lost_records(data, stride, numbers))
-            times = [t for _, t in acked[kind]]
-            pause = max((b - a for a, b in itertools.pairwise(times)), default=0.0)
-            print(f"[e2e] {kind} writer: {len(numbers)} records acknowledged ({after} after "
-                  f"the kill), longest wait for one {pause:.1f} s, "
-                  f"{len(writes[kind][2])} lost")
-        # what pacemaker printed, kept beside the serial logs: the unit tests' fixtures
-        # (tests/unit/fixtures/pacemaker) are in this format
-        keep = Path(os.environ.get("ZDS_E2E_KEEP_LOG", "/tmp/zds-e2e-serial.log"))
-        for name, cmd in (("crm_mon", "crm_mon --one-shot --inactive --output-as=xml"),
-                          ("cib_resources", "cibadmin --query --scope resources"),
-                          ("stonith_history",
-                           "stonith_admin --history '*' --verbose --output-as=xml")):
-            rc, out = ha_bed.nodes[survivor].exec(cmd, timeout=120)
-            keep.with_name(f"{keep.stem}-habed-{name}.xml").write_text(out)
-        assert got == {"nfs": SERVED["nfs"], "lun": SERVED["lun"]}, got
-        assert nfs_back.strip() == NFS_TEXT, nfs_back
-        assert lun_back == LUN_TEXT, lun_back
-        assert drift["in_sync"], drift
-        assert c["last_takeover"] and c["last_takeover"]["fenced"] == victim, c
-        for kind, (before, after, lost) in writes.items():
-            assert before > 0 and after > 0, (kind, before, after)
-            assert lost == [], f"{kind}: acknowledged records lost: {lost}"
+    # what pacemaker printed, kept beside the serial logs: the unit tests' fixtures
+    # (tests/unit/fixtures/pacemaker) are in this format
+    keep = Path(os.environ.get("ZDS_E2E_KEEP_LOG", "/tmp/zds-e2e-serial.log"))
+    for name, cmd in (("crm_mon", "crm_mon --one-shot --inactive --output-as=xml"),
+                      ("cib_resources", "cibadmin --query --scope resources"),
+                      ("stonith_history",
+                       "stonith_admin --history '*' --verbose --output-as=xml")):
+        rc, out = ha_bed.nodes[survivor].exec(cmd, timeout=120)
+        keep.with_name(f"{keep.stem}-habed-{name}.xml").write_text(out)
+
+    # the survivor serves the same datastores (export id and path, IQN, serial), and
+    # every record acknowledged through the kill is there
+    if served:
+        print(f"[e2e] after the takeover the client read NFS back in "
+              f"{t.extra['nfs_read_s']} s and the LUN in {t.extra['lun_read_s']} s (after "
+              f"crm_mon showed the group); the survivor's take: {t.last_takeover}")
+        check_served_through(t, served)
+        assert t.last_takeover and t.last_takeover["fenced"] == victim, t.last_takeover
 
 
 @after_the_first_round
 def test_3_killed_node_boots_again_and_rejoins_as_standby(ha_bed: HaBed) -> None:
-    down = next(n for n, app in ha_bed.nodes.items() if app.vm.pid() is None)
-    up = ha_bed.peer(down)
-    t0 = time.monotonic()
-    ha_bed.nodes[down].boot_again()
-    t_boot = time.monotonic() - t0
-    s = ha_bed.wait_status(up, lambda s: set(s.online) == {up, down}, timeout=600,
-                           what=f"rejoined by {down}")
-    t_join = time.monotonic() - t0
+    r = rejoin(ha_bed, set(KEYS.values()))
+    up = ha_bed.peer(r.node)
     # unfenced again (its key back on every LUN), and the group stays where it is
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        keys = ha_bed.keys(up)
-        if all(sorted(k) == sorted(KEYS.values()) for k in keys.values()):
-            break
-        time.sleep(3)
+    keys = ha_bed.keys(up)
     assert all(sorted(k) == sorted(KEYS.values()) for k in keys.values()), keys
     s = ha_bed.status(up)
-    assert all(s.node_of(r) == up for r in GROUP_RSCS), s
-    rc, out = ha_bed.nodes[down].exec(f"zpool list -H {POOL}")
-    assert rc != 0, f"{down} imported the pool on its own: {out}"
+    assert all(s.node_of(rsc) == up for rsc in GROUP_RSCS), s
+    assert not r.imported_on_its_own, f"{r.node} imported the pool on its own"
     if SERVED:
         # it forgot the pool's datastores (the pool carries them) and says standby
-        with ha_bed.api(down) as api:
+        with ha_bed.api(r.node) as api:
             names = [d["name"] for d in ok(api.get("/datastores"))]
             assert NFS_DS not in names and LUN_DS not in names, names
             deadline = time.monotonic() + 120
@@ -288,47 +205,32 @@ def test_3_killed_node_boots_again_and_rejoins_as_standby(ha_bed: HaBed) -> None
                 time.sleep(5)
                 h = ok(api.get("/system/health"))
             assert h["cluster"]["role"] == "standby" and h["cluster"]["peer"] == up, h
-    assert len([lun_path(i) for i in range(LUN_COUNT)]) == LUN_COUNT
-    print(f"\n[e2e] {down} booted again in {t_boot:.1f} s, online in the cluster after "
-          f"{t_join:.1f} s; VIP {VIP} still on {up}")
+    print(f"\n[e2e] {r.node} booted again in {r.booted:.1f} s, online in the cluster after "
+          f"{r.online:.1f} s, its key back after {r.unfenced:.1f} s; VIP {VIP} still on {up}")
 
 
 @after_the_first_round
 def test_4_planned_failover_moves_the_pool_with_the_same_identities(ha_bed: HaBed) -> None:
-    """POST /cluster/failover on the node holding the pool: pacemaker stops the group
-    there (the agent's release: exports and LUNs withdrawn, pool exported) and starts it
-    on the other node (take: no MMP wait for a cleanly exported pool); the move's pin is
-    cleared; the client's mount and session carry on."""
+    """POST /cluster/failover on the node holding the pool while the client writes
+    numbered records: pacemaker stops the group there (the agent's release: exports and
+    LUNs withdrawn, pool exported) and starts it on the other node (take: no MMP wait for
+    a cleanly exported pool); the move's pin is cleared; the client's mount and session
+    carry on, and no record acknowledged is lost."""
     if not SERVED:
         pytest.skip("test_1b did not serve the datastores")
-    src = ha_bed.active()
-    dst = ha_bed.peer(src)
-    assert src, ha_bed.status(dst)
-    t0 = time.monotonic()
-    with ha_bed.api(src) as api:
-        job = ok(api.post("/cluster/failover", params={"wait": 540}, json={}), 202)
-        while job["state"] not in ("succeeded", "failed", "cancelled"):
-            job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 60}))
-    t_job = time.monotonic() - t0
-    assert job["state"] == "succeeded", job
+    t = planned_round(ha_bed, SERVED[0])
+    src, dst = t.source, t.target
+    job: dict[str, Any] = t.job or {}
+    assert job.get("state") == "succeeded", job
     assert job["result"]["from"] == src and job["result"]["to"] == dst, job
-    s = ha_bed.status(dst)
-    assert all(s.node_of(r) == dst for r in GROUP_RSCS), s
+    assert t.group_on_target >= 0, ha_bed.status(dst)
     constraints = ha_bed.nodes[dst].check("cibadmin --query --scope constraints")
     assert "cli-prefer" not in constraints, constraints  # the move's pin was cleared
     rc, out = ha_bed.nodes[src].exec(f"zpool list -H {POOL}")
     assert rc != 0, f"{src} still has the pool: {out}"
-    nfs_back = ha_bed.client.check("timeout 600 cat /mnt/hanfs/record", timeout=660)
-    lun_back = lun_read(ha_bed, SERVED["dev"])
-    t_io = time.monotonic() - t0
-    with ha_bed.api(dst) as api:
-        got = {k: identity(ok(api.get(f"/datastores/{n}")))
-               for k, n in (("nfs", NFS_DS), ("lun", LUN_DS))}
-        took = ok(api.get("/cluster"))["last_takeover"]
     with ha_bed.api(src) as api:
         left = [d["name"] for d in ok(api.get("/datastores"))]
-    print(f"\n[e2e] planned failover {src} -> {dst}: job {t_job:.1f} s ({job['result']}), "
-          f"client I/O back after {t_io:.1f} s; take on {dst}: {took}")
-    assert got == {"nfs": SERVED["nfs"], "lun": SERVED["lun"]}, got
-    assert nfs_back.strip() == NFS_TEXT and lun_back == LUN_TEXT, (nfs_back, lun_back)
+    print(f"\n[e2e] planned failover {src} -> {dst}: job {t.extra['job_s']} s "
+          f"({job['result']}); take on {dst}: {t.last_takeover}")
+    check_served_through(t, SERVED[0])
     assert NFS_DS not in left and LUN_DS not in left, left

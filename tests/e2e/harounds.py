@@ -1,0 +1,334 @@
+"""Rounds on the HA bed (tests/e2e/habed.py), one place for what the e2e module
+(tests/e2e/test_ha_bed_e2e.py) checks once and bench/failover.py repeats: serve an NFS
+datastore and a LUN through the VIP, kill -9 the active node while the client writes
+numbered records (an unplanned takeover), boot it again until it rejoins as standby, move
+the pool back with ``POST /cluster/failover`` (a planned one), and read every
+acknowledged record back.
+
+Each round returns its figures (Takeover, Rejoin); the callers assert or tabulate them.
+Every round writes to fresh places (a new records file, the LUN's record blocks zeroed
+first), so a record an earlier round left cannot stand in for one this round lost.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.e2e.habed import (
+    CLIENT_INITIATOR,
+    IP_RSC,
+    LUN_BLOCK,
+    POOL,
+    POOL_RSC,
+    RECORD,
+    RECORDS_AT_BLOCK,
+    WWW_RSC,
+    HaBed,
+    Timeline,
+    failover_timeline,
+    lost_records,
+)
+from tests.e2e.rest import ok
+
+GROUP_RSCS = (POOL_RSC, IP_RSC, WWW_RSC)
+NFS_DS, LUN_DS = "hanfs", "halun"
+MOUNT = "/mnt/hanfs"
+NFS_TEXT = "zds-ha-nfs-record-1"
+LUN_TEXT = "zds-ha-lun-block-1"
+# the LUN blocks zeroed before each round: records 0..ZEROED_RECORDS-1, at least (a round
+# acknowledges one record every 1-3 s under TCG, a few hundred at most)
+ZEROED_RECORDS = 1024
+MiB = 1 << 20
+assert RECORDS_AT_BLOCK * LUN_BLOCK % MiB == 0  # the zeroing below writes whole MiB
+
+
+def identity(ds: dict[str, Any]) -> tuple[Any, ...]:
+    """What a host keys a datastore on: the export id and path, the IQN and serial."""
+    nfs, iscsi = ds.get("nfs") or {}, ds.get("iscsi") or {}
+    return (ds["name"], nfs.get("export_id"), nfs.get("path"), iscsi.get("iqn"),
+            iscsi.get("serial"), iscsi.get("wwn"))
+
+
+@dataclass
+class Served:
+    """The datastores the client uses through the VIP: their identities as made, the
+    LUN's device on the client, and how many rounds wrote records so far."""
+
+    nfs: tuple[Any, ...]
+    lun: tuple[Any, ...]
+    dev: str
+    rounds: int = 0
+    lun_top: int = 0  # the highest LUN record any round acknowledged
+
+    def records_file(self) -> str:
+        """This round's records file on the mount (round 1: MOUNT/records)."""
+        return f"{MOUNT}/records" if self.rounds <= 1 else f"{MOUNT}/records-{self.rounds}"
+
+
+@dataclass(frozen=True)
+class Writes:
+    """One writer's records through a takeover: how many were acknowledged before and
+    after the event, the first acknowledgement after it (seconds after the event, None:
+    none), the longest wait between two acknowledgements, the acknowledged records not
+    read back at their place, and what its failed writes printed (dd's errors: a write
+    that failed instead of waiting the takeover out)."""
+
+    before: int
+    after: int
+    first_after: float | None
+    longest_wait: float
+    lost: tuple[int, ...]
+    errors: tuple[str, ...] = ()
+
+
+def writes_through(acked: list[tuple[int, float]], event_at: float, data: bytes,
+                   stride: int, first: int = 0, log: str = "") -> Writes:
+    """Writes from a writer's acknowledgements ((record, time on the client's clock),
+    parse_acked), the event's time on that clock, what was read back (``data`` starting
+    at record ``first``, one record each ``stride`` bytes) and the writer's own output
+    (``log``: only dd's error messages, one per failed write)."""
+    times = [t for _, t in acked]
+    after = [t for t in times if t > event_at]
+    return Writes(
+        before=len(times) - len(after), after=len(after),
+        first_after=round(min(after) - event_at, 1) if after else None,
+        longest_wait=round(max((b - a for a, b in itertools.pairwise(times)), default=0.0), 1),
+        lost=tuple(lost_records(data, stride, [i for i, _ in acked], first)),
+        errors=tuple(line for line in log.splitlines() if line.strip()))
+
+
+@dataclass(frozen=True)
+class Takeover:
+    """One takeover's figures (seconds after the kill, or after the failover was asked)."""
+
+    kind: str  # "unplanned" (kill -9) or "planned" (POST /cluster/failover)
+    source: str
+    target: str
+    group_on_target: float  # crm_mon showed the whole group on target (polling)
+    writes: dict[str, Writes]  # "nfs", "lun"
+    identities: dict[str, tuple[Any, ...]]  # after the takeover, from target's API
+    drift_in_sync: bool
+    last_takeover: dict[str, Any] | None  # GET /cluster on target
+    timeline: Timeline | None = None  # unplanned: from target's journal
+    job: dict[str, Any] | None = None  # planned: the failover job
+    client_outage: float = 0.0  # the client's web reads through the VIP failing
+    client_reads: tuple[int, int] = (0, 0)  # (failed, total)
+    import_delay_ns: int | None = None  # ZFS's MMP activity check (dbgmsg)
+    mmp: tuple[int, int] = (0, 0)  # zfs_multihost_interval ms, import_intervals
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def first_io(self) -> float | None:
+        """Seconds until both writers had a record acknowledged after the event (None:
+        one never did): the client's first successful NFS and iSCSI I/O."""
+        firsts = [w.first_after for w in self.writes.values()]
+        return None if None in firsts else max(f for f in firsts if f is not None)
+
+    def lost(self) -> int:
+        return sum(len(w.lost) for w in self.writes.values())
+
+
+@dataclass(frozen=True)
+class Rejoin:
+    node: str
+    booted: float  # seconds until its API answered
+    online: float  # ... until crm_mon on the peer showed it online
+    unfenced: float  # ... until its key was back on every LUN
+    imported_on_its_own: bool
+
+
+def lun_read(bed: HaBed, dev: str, timeout: float = 600) -> str:
+    """The LUN's first block as the client reads it (O_DIRECT: from the target, not the
+    client's cache), up to the first NUL."""
+    rc, out = bed.client.exec(f"timeout {timeout:g} dd if={dev} bs=4096 count=1 "
+                              "iflag=direct status=none | tr -d '\\000'", timeout=timeout + 60)
+    return out.strip() if rc == 0 else f"<dd exit {rc}: {out.strip()}>"
+
+
+def nfs_body() -> dict[str, Any]:
+    return {"protocol": "nfs3", "size": "1G", "pool": POOL,
+            "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}
+
+
+def lun_body() -> dict[str, Any]:
+    return {"protocol": "iscsi", "size": "1G", "pool": POOL,
+            "iscsi": {"initiators": [CLIENT_INITIATOR]}}
+
+
+def serve(bed: HaBed, active: str) -> Served:
+    """Makes NFS_DS and LUN_DS through ``active``'s API; the client mounts the export and
+    logs in to the LUN through the VIP and writes NFS_TEXT and LUN_TEXT to them."""
+    with bed.api(active) as api:
+        ok(api.put(f"/datastores/{NFS_DS}", json=nfs_body()), 201)
+        ok(api.put(f"/datastores/{LUN_DS}", json=lun_body()), 201)
+        nfs, lun = (ok(api.get(f"/datastores/{n}")) for n in (NFS_DS, LUN_DS))
+    assert nfs["serving"] and lun["serving"], (nfs, lun)
+    bed.client_mount(nfs["nfs"]["path"], MOUNT)
+    bed.client.check(f"echo {NFS_TEXT} > {MOUNT}/record && sync {MOUNT}/record "
+                     f"&& cat {MOUNT}/record")
+    dev = bed.client_login(lun["iscsi"]["iqn"], lun["iscsi"]["serial"])
+    bed.client.check(f"printf '%s' {LUN_TEXT} | dd of={dev} bs=4096 conv=sync "
+                     "oflag=direct,dsync status=none")
+    assert lun_read(bed, dev, 60) == LUN_TEXT
+    return Served(identity(nfs), identity(lun), dev)
+
+
+def _start_round(bed: HaBed, served: Served) -> str:
+    """Zeroes the LUN's record blocks (the ones earlier rounds wrote) and starts the
+    writers on a new records file; returns that file."""
+    served.rounds += 1
+    if served.rounds > 1:
+        # in MiB (the records start at 4 MiB): a few large writes, not thousands of 4 KiB
+        mib = -(-max(ZEROED_RECORDS, served.lun_top + 64) * LUN_BLOCK // MiB)
+        bed.client.check(f"dd if=/dev/zero of={served.dev} bs=1M "
+                         f"seek={RECORDS_AT_BLOCK * LUN_BLOCK // MiB} count={mib} "
+                         "oflag=direct,dsync status=none", timeout=600)
+    path = served.records_file()
+    bed.start_writers(path, served.dev)
+    return path
+
+
+def _finish_round(bed: HaBed, served: Served, path: str,
+                  event_at: float) -> dict[str, Writes]:
+    """Stops the writers and reads every acknowledged record back (O_DIRECT, from the
+    node that serves now); ``event_at`` on the client's clock."""
+    acked = bed.stop_writers()
+    top = max((i for i, _ in acked["lun"]), default=0)
+    served.lun_top = max(served.lun_top, top)
+    back = {"nfs": (bed.read_back(path), RECORD),
+            "lun": (bed.read_back(served.dev, RECORDS_AT_BLOCK, top + 1), LUN_BLOCK)}
+    # writers_script sends each writer's output (dd status=none: errors only) here
+    logs = {kind: bed.client.exec(f"cat /root/writer-{kind}.log")[1] for kind in back}
+    return {kind: writes_through(acked[kind], event_at, data, stride, log=logs[kind])
+            for kind, (data, stride) in back.items()}
+
+
+def _on_target(bed: HaBed, target: str) -> tuple[dict[str, tuple[Any, ...]], bool,
+                                                  dict[str, Any] | None]:
+    with bed.api(target) as api:
+        got = {k: identity(ok(api.get(f"/datastores/{n}")))
+               for k, n in (("nfs", NFS_DS), ("lun", LUN_DS))}
+        drift = ok(api.get("/system/drift"))
+        took = ok(api.get("/cluster"))["last_takeover"]
+    return got, bool(drift["in_sync"]), took
+
+
+def kill_round(bed: HaBed, served: Served | None) -> Takeover:
+    """kill -9 of the active node's QEMU while the client reads the bed's web page through
+    the VIP and (with ``served``) writes numbered records to the mount and the LUN; waits
+    until the survivor runs the group and the client reads again, then gathers the
+    figures. The checks of fencing are the caller's (the bed is left as the kill left it:
+    one node down)."""
+    victim = bed.active()
+    assert victim, bed.status(next(iter(bed.nodes)))
+    survivor = bed.peer(victim)
+    bed.start_client_loop()
+    path = _start_round(bed, served) if served else ""
+    offset, offset_err = bed.clock_offset(bed.nodes[survivor])
+    client_offset, _ = bed.clock_offset(bed.client)
+    time.sleep(3)  # a few good reads (and records) first
+    t_kill = bed.nodes[victim].kill()
+    t0 = time.monotonic()
+    bed.wait_status(survivor, lambda s: all(s.node_of(r) == survivor for r in GROUP_RSCS),
+                    timeout=600, what=f"serving from {survivor}")
+    t_served = time.monotonic() - t0
+    deadline = time.monotonic() + 120
+    while bed.client_get()[0] != 0 and time.monotonic() < deadline:
+        time.sleep(1)
+    client = bed.stop_client_loop()
+    tl = failover_timeline(bed.journal(survivor, t_kill + offset - 30), t_kill + offset,
+                           victim=victim, survivor=survivor)
+    node = bed.nodes[survivor]
+    mmp = node.check("cat /sys/module/zfs/parameters/zfs_multihost_interval "
+                     "/sys/module/zfs/parameters/zfs_multihost_import_intervals").split()
+    # ZFS's debug log says how long the import watched the pool for another writer
+    _rc, delay = node.exec("grep -o 'import_delay=[0-9]*' /proc/spl/kstat/zfs/dbgmsg "
+                           "| tail -1")
+    writes: dict[str, Writes] = {}
+    identities: dict[str, tuple[Any, ...]] = {}
+    in_sync, took = False, None
+    extra: dict[str, Any] = {"clock_offset_err": round(offset_err, 1)}
+    if served:
+        t0 = time.monotonic()
+        extra["nfs_text"] = bed.client.check(f"timeout 600 cat {MOUNT}/record",
+                                             timeout=660).strip()
+        extra["nfs_read_s"] = round(time.monotonic() - t0, 1)
+        extra["lun_text"] = lun_read(bed, served.dev)
+        extra["lun_read_s"] = round(time.monotonic() - t0, 1)
+        identities, in_sync, took = _on_target(bed, survivor)
+        writes = _finish_round(bed, served, path, t_kill + client_offset)
+    return Takeover(
+        kind="unplanned", source=victim, target=survivor, group_on_target=round(t_served, 1),
+        writes=writes, identities=identities, drift_in_sync=in_sync, last_takeover=took,
+        timeline=tl, client_outage=round(client.outage(), 1),
+        client_reads=(client.fails, client.total),
+        import_delay_ns=int(delay.strip().split("=")[1]) if "=" in delay else None,
+        mmp=(int(mmp[0]), int(mmp[1])), extra=extra)
+
+
+def rejoin(bed: HaBed, keys: set[str], timeout: float = 600) -> Rejoin:
+    """Boots the node that is down again; waits until the peer sees it online and its
+    fence_scsi key is back on every LUN (``keys``: every node's; fails after 300 s)."""
+    down = next(n for n, app in bed.nodes.items() if app.vm.pid() is None)
+    up = bed.peer(down)
+    t0 = time.monotonic()
+    bed.nodes[down].boot_again()
+    t_boot = time.monotonic() - t0
+    bed.wait_status(up, lambda s: set(s.online) == {up, down}, timeout=timeout,
+                    what=f"rejoined by {down}")
+    t_join = time.monotonic() - t0
+    deadline = time.monotonic() + 300
+    got = bed.keys(up)
+    while not all(set(k) == keys for k in got.values()):
+        assert time.monotonic() < deadline, f"{down} not unfenced after 300 s: {got}"
+        time.sleep(3)
+        got = bed.keys(up)
+    t_unfenced = time.monotonic() - t0
+    rc, _ = bed.nodes[down].exec(f"zpool list -H {POOL}")
+    return Rejoin(down, round(t_boot, 1), round(t_join, 1), round(t_unfenced, 1),
+                  imported_on_its_own=rc == 0)
+
+
+def planned_round(bed: HaBed, served: Served | None) -> Takeover:
+    """``POST /cluster/failover`` on the node holding the pool while the client writes
+    numbered records (with ``served``): the job moves the group to the other node."""
+    src = bed.active()
+    assert src, bed.status(next(iter(bed.nodes)))
+    dst = bed.peer(src)
+    path = _start_round(bed, served) if served else ""
+    client_offset, _ = bed.clock_offset(bed.client)
+    time.sleep(3)
+    t_asked = time.time()
+    t0 = time.monotonic()
+    with bed.api(src) as api:
+        job = ok(api.post("/cluster/failover", params={"wait": 540}, json={}), 202)
+        while job["state"] not in ("succeeded", "failed", "cancelled"):
+            job = ok(api.get(f"/jobs/{job['id']}", params={"wait": 60}))
+    t_job = time.monotonic() - t0
+    status = bed.status(dst)
+    on_dst = round(time.monotonic() - t0, 1) if all(
+        status.node_of(r) == dst for r in GROUP_RSCS) else -1.0
+    writes: dict[str, Writes] = {}
+    identities: dict[str, tuple[Any, ...]] = {}
+    in_sync, took = False, None
+    extra: dict[str, Any] = {"job_s": round(t_job, 1)}
+    if served and job["state"] == "succeeded":
+        extra["nfs_text"] = bed.client.check(f"timeout 600 cat {MOUNT}/record",
+                                             timeout=660).strip()
+        extra["lun_text"] = lun_read(bed, served.dev)
+        identities, in_sync, took = _on_target(bed, dst)
+        writes = _finish_round(bed, served, path, t_asked + client_offset)
+    elif served:
+        bed.stop_writers()
+    return Takeover(kind="planned", source=src, target=dst, group_on_target=on_dst,
+                    writes=writes, identities=identities, drift_in_sync=in_sync,
+                    last_takeover=took, job=job, extra=extra)
+
+
+def median(values: list[float | None]) -> float | None:
+    """The median of the values measured (None: none was)."""
+    got = [v for v in values if v is not None]
+    return round(statistics.median(got), 1) if got else None
