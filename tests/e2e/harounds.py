@@ -127,6 +127,12 @@ class Takeover:
         firsts = [w.first_after for w in self.writes.values()]
         return None if None in firsts else max(f for f in firsts if f is not None)
 
+    def pause(self) -> float:
+        """The longest the client waited for a write to return, either protocol: what a
+        planned move costs it (its writes go on until the release, so the first one
+        after the request returns at once)."""
+        return max((w.longest_wait for w in self.writes.values()), default=0.0)
+
     def lost(self) -> int:
         return sum(len(w.lost) for w in self.writes.values())
 

@@ -72,7 +72,8 @@ def check_served_through(t: Takeover, served: Served) -> None:
     for kind, w in t.writes.items():
         print(f"[e2e] {kind} writer: {w.before + w.after} records acknowledged ({w.after} "
               f"after the {t.kind} takeover was set off, the first {w.first_after} s after "
-              f"it), longest wait for one {w.longest_wait:.1f} s, {len(w.lost)} lost")
+              f"it), longest wait for one {w.longest_wait:.1f} s, {len(w.lost)} lost, "
+              f"failed writes: {len(w.errors)} {w.errors[:3]}")
     assert set(t.writes) == {"nfs", "lun"}, t.writes
     for kind, w in t.writes.items():
         assert w.before > 0 and w.after > 0, (kind, w)
