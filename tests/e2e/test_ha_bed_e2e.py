@@ -62,9 +62,10 @@ SERVED: list[Served] = []
 
 def check_served_through(t: Takeover, served: Served) -> None:
     """What every takeover must keep: the same identities on the new node, the client's
-    record and block read back through the mount and session it had, no drift, and
-    every record acknowledged before, during and after the move read back at its place
-    (acknowledged writes lost: 0), with records acknowledged on both sides of it."""
+    record and block read back through the mount and session it had, no drift, every
+    record acknowledged before, during and after the move read back at its place
+    (acknowledged writes lost: 0), with records acknowledged on both sides of it, and
+    no write that failed instead of waiting."""
     assert t.identities == {"nfs": served.nfs, "lun": served.lun}, t.identities
     assert t.extra["nfs_text"] == NFS_TEXT, t.extra
     assert t.extra["lun_text"] == LUN_TEXT, t.extra
@@ -78,6 +79,8 @@ def check_served_through(t: Takeover, served: Served) -> None:
     for kind, w in t.writes.items():
         assert w.before > 0 and w.after > 0, (kind, w)
         assert w.lost == (), f"{kind}: acknowledged records lost: {w.lost}"
+        # a pause, never an error: the mount is hard, the session waits 900 s
+        assert w.errors == (), f"{kind}: writes failed through the takeover: {w.errors}"
 
 
 def test_1_pair_formed_and_every_node_registered_on_every_lun(ha_bed: HaBed) -> None:
