@@ -31,15 +31,22 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import statistics
 import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from tests.e2e.harounds import Rejoin, Takeover, median
+from tests.e2e.harounds import Rejoin, Takeover
 
 UNPLANNED_TARGET_S = 90.0
 PLANNED_TARGET_S = 45.0
+
+
+def median(values: list[float | None]) -> float | None:
+    """The median of the values measured (None: none was)."""
+    got = [v for v in values if v is not None]
+    return round(statistics.median(got), 1) if got else None
 
 
 def _fmt(v: float | int | None) -> str:

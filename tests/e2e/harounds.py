@@ -13,7 +13,6 @@ first), so a record an earlier round left cannot stand in for one this round los
 from __future__ import annotations
 
 import itertools
-import statistics
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -332,9 +331,3 @@ def planned_round(bed: HaBed, served: Served | None) -> Takeover:
     return Takeover(kind="planned", source=src, target=dst, group_on_target=on_dst,
                     writes=writes, identities=identities, drift_in_sync=in_sync,
                     last_takeover=took, job=job, extra=extra)
-
-
-def median(values: list[float | None]) -> float | None:
-    """The median of the values measured (None: none was)."""
-    got = [v for v in values if v is not None]
-    return round(statistics.median(got), 1) if got else None

@@ -46,3 +46,8 @@ def test_the_verdict_takes_the_median_of_the_later_protocol_and_counts_losses() 
     assert "median 127.3 s over 1 rounds" in lines[1] and "MISSED" in lines[1], lines
     assert "lost: 1 in 5 rounds (target 0: MISSED)" in lines[-1], lines
     assert "MISSED" in F.verdict([kill(100.0, 91.0)], [])[0]
+
+
+def test_median_of_what_was_measured() -> None:
+    assert F.median([3.0, None, 1.0, 2.0]) == 2.0
+    assert F.median([None]) is None

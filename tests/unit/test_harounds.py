@@ -85,8 +85,3 @@ def test_first_io_is_when_both_protocols_wrote_again() -> None:
     assert takeover(120.5, 126.0).first_io() == 126.0
     assert takeover(120.5, None).first_io() is None
     assert takeover(1.0, 2.0, lost=(4, 9)).lost() == 2
-
-
-def test_median_of_what_was_measured() -> None:
-    assert R.median([3.0, None, 1.0, 2.0]) == 2.0
-    assert R.median([None]) is None
