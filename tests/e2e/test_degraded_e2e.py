@@ -93,12 +93,14 @@ def test_1b_a_hung_ganesha_is_restarted_and_serves_again(appliance: E2EAppliance
     and answers nothing. The watcher restarts it after [api] daemon_restart_after (60 s)
     and its reconcile gives it the exports back: the host reads its data again."""
     nfs = Nfs(appliance.nfs_port, appliance.mountd_port, tmp_path)
+    # in sync before: the drift asserted at the end must be the hang's to repair
+    assert ok(api.get("/system/drift")) == {"in_sync": True, "items": []}
     pid = appliance.check("systemctl show -p MainPID --value nfs-ganesha").strip()
     t0 = time.monotonic()
     appliance.check(f"kill -STOP {pid}")
     try:
-        h = wait_for_health(api, lambda h: h["status"] == "degraded", timeout=120)
-        assert not h["components"]["ganesha"]["ok"], h
+        h = wait_for_health(api, lambda h: not h["components"]["ganesha"]["ok"], timeout=120)
+        assert h["status"] == "degraded", h
         deadline = time.monotonic() + 300
         while True:
             new = appliance.check("systemctl show -p MainPID --value nfs-ganesha").strip()
