@@ -63,6 +63,8 @@ class PoolView:
 
 OVERCOMMIT_PROPERTY = "zds:overcommit"
 DISK_ACTIONS = ("offline", "online", "replace", "attach", "detach")
+# how long a disk job waits, once no resilver runs, for ZFS to detach a replaced disk
+REPLACE_SETTLE = 120.0
 NEW_DISK_ACTIONS = ("replace", "attach")  # the actions that take a new disk
 MAX_OVERCOMMIT = 1000.0
 
@@ -321,11 +323,24 @@ class PoolService:
                     zfs.attach_device(name, member, new_disk, force=force)
                 elif action == "detach":
                     zfs.detach_device(name, member)
-            scan = zfs.pool_status(name).scan
-            while "in progress" in scan and not ctx.cancelled:
-                ctx.progress(_scan_fraction(scan), scan)
+            # a replace is done when ZFS has detached the old disk, which it does a moment
+            # after the resilver ends (and the resilver may not have started yet when
+            # `zpool replace` returns): until then the pool is still DEGRADED
+            status = zfs.pool_status(name)
+            settled_at: float | None = None
+            while not ctx.cancelled:
+                if "in progress" in status.scan:
+                    settled_at = None
+                    ctx.progress(_scan_fraction(status.scan), status.scan)
+                elif action != "replace" or not _replacing(status.config):
+                    break
+                else:
+                    settled_at = settled_at or time.monotonic()
+                    if time.monotonic() - settled_at > REPLACE_SETTLE:
+                        break  # resilver over, old disk kept: health and scan say why
                 time.sleep(1.0)
-                scan = zfs.pool_status(name).scan
+                status = zfs.pool_status(name)
+            scan = status.scan
             health = {p.name: p.health for p in zfs.list_pools()}.get(name, "")
             return {"pool": name, "action": action, "disk": disk, "new_disk": new_disk,
                     "health": health, "scan": scan}
@@ -407,6 +422,12 @@ class PoolService:
             return {"pool": name, "imported": True, "adopted": adopted}
 
         return self.ctx.jobs.submit("pool.import", name, run, message=f"importing {name}")
+
+
+def _replacing(node: VdevNode) -> bool:
+    """Whether a replace is still under way: ZFS shows it as a group ``replacing-N`` of
+    the old and the new disk until it detaches the old one."""
+    return node.name.startswith("replacing-") or any(_replacing(c) for c in node.children)
 
 
 def _scan_fraction(scan: str) -> float:

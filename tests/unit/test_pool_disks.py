@@ -4,11 +4,13 @@ offlines and onlines pool disks through the API as jobs that wait out the resilv
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
+import pytest
 from fastapi.testclient import TestClient
 
-from appliance.host.zfs import PoolLayout, VdevSpec
+from appliance.host.zfs import PoolInfo, PoolLayout, PoolStatus, VdevNode, VdevSpec
 from tests.unit.conftest import Rig
 from tests.unit.test_api_datastores import iscsi_body, nfs_body
 
@@ -96,3 +98,41 @@ def test_bad_disk_operations_are_refused_before_anything_runs(client: TestClient
                        json={"disk": "x"}).status_code == 404
     assert rig.engine.jobs.list(kind="pool.disk") == []
     assert client.get(f"{API}/pools/fast").json()["health"] == "ONLINE"
+
+
+def test_a_replace_is_done_only_when_zfs_has_detached_the_old_disk(
+        client: TestClient, rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZFS detaches the replaced disk a moment after the resilver ends, and the resilver
+    may not show yet when `zpool replace` returns: until the ``replacing-0`` group is gone
+    the pool is DEGRADED, and the job must not answer before that (a CI run got
+    'succeeded' with DEGRADED)."""
+    mirror(rig, client)
+    rig.zfs.fail_disk(B)
+    real_status, real_pools, real_replace = \
+        rig.zfs.pool_status, rig.zfs.list_pools, rig.zfs.replace_device
+    window = {"reads": 0}  # status reads that still show the replace under way
+
+    def replace_device(pool: str, device: str, new_device: str, force: bool = False) -> None:
+        real_replace(pool, device, new_device, force)
+        window["reads"] = 2
+
+    def status(pool: str) -> PoolStatus:
+        st = real_status(pool)
+        if pool != "fast" or window["reads"] == 0:
+            return st
+        window["reads"] -= 1
+        (group,) = st.config.children
+        interim = replace(group, children=(group.children[0], VdevNode(
+            "replacing-1", "DEGRADED", children=(VdevNode("virtio-spare2", "UNAVAIL"),
+                                                 group.children[1]))))
+        return replace(st, state="DEGRADED", config=replace(st.config, children=(interim,)))
+
+    def pools() -> list[PoolInfo]:
+        return [replace(p, health="DEGRADED") if p.name == "fast" and window["reads"] else p
+                for p in real_pools()]
+
+    monkeypatch.setattr(rig.zfs, "pool_status", status)
+    monkeypatch.setattr(rig.zfs, "list_pools", pools)
+    monkeypatch.setattr(rig.zfs, "replace_device", replace_device)
+    job = disk_job(client, "replace", disk="virtio-spare2", new_disk=C)
+    assert window["reads"] == 0 and job["result"]["health"] == "ONLINE", job
