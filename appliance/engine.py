@@ -85,11 +85,7 @@ class Engine:
     @classmethod
     def real(cls, settings: Settings) -> Engine:
         """An engine on this machine's real ZFS, LIO, ganesha and probe tools."""
-        return cls.create(settings, real_hosts(settings.state_dir,
-                                               settings.ganesha_exports_dir,
-                                               settings.ganesha_dbus_address,
-                                               hooks_dir=settings.hooks_dir,
-                                               nfs_server=settings.nfs_server))
+        return cls.create(settings, real_hosts(settings))
 
     # what callers reach most often
     @property

@@ -25,20 +25,17 @@ import statistics
 import tempfile
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from appliance.engine import Engine
-from appliance.host.factory import HostAdapters
-from appliance.host.fakes.ganesha import FakeGanesha
-from appliance.host.fakes.lio import FakeLio
+from appliance.fake_hosts import fake_hosts
 from appliance.host.fakes.zfs import FakeZfs, GiB
-from appliance.host.local import FakeLocalHost
 from appliance.host.run import CommandResult, RecordingRunner
 from appliance.host.zfs import Zfs
 from appliance.model import DatastoreRecord, DatastoreSpec, NfsClient
 from appliance.policies.service import PolicyRequest
 from appliance.settings import Settings
-from appliance.transports.storage import ROOT_FS_PROPERTIES
 
 
 class ZfsCli:
@@ -85,11 +82,12 @@ class ZfsCli:
 
 
 def engine_for(n: int, state_dir: Path) -> tuple[Engine, RecordingRunner]:
-    fake = FakeZfs.with_pool("tank", 100 * n * GiB, fs_properties=ROOT_FS_PROPERTIES)
+    fakes = fake_hosts("tank", pool_size=100 * n * GiB)
+    fake = fakes.zfs
     runner = RecordingRunner()
     runner.responders.append(ZfsCli(fake))
-    hosts = HostAdapters(zfs=Zfs(runner), lio=FakeLio.linked_to(fake), ganesha=FakeGanesha(),
-                         local=FakeLocalHost())
+    # the real adapter, so the bench counts the command lines the appliance would run
+    hosts = replace(fakes.adapters(), zfs=Zfs(runner))
     engine = Engine.create(Settings().with_state_dir(state_dir), hosts)
     for i in range(n):
         spec = DatastoreSpec(name=f"ds{i:04d}", pool="tank", protocol="nfs3", size=GiB,

@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # the local commands' parts; remote commands never load them
     from appliance.host.factory import HostAdapters
     from appliance.host.nfs_units import NfsUnits
     from appliance.probes.client import ClientTools
+    from appliance.services.tokens import TokenService
 
 DEFAULT_SERVER = "https://127.0.0.1:8443"
 
@@ -65,16 +66,20 @@ def _real_engine(settings: Settings) -> Engine:
 def _real_hosts(settings: Settings) -> HostAdapters:
     from appliance.host.factory import real_hosts
 
-    return real_hosts(settings.state_dir, settings.ganesha_exports_dir,
-                      settings.ganesha_dbus_address, hooks_dir=settings.hooks_dir,
-                      nfs_server=settings.nfs_server)
+    return real_hosts(settings)
+
+
+def _real_tokens(settings: Settings) -> TokenService:
+    from appliance.services.tokens import TokenService
+    from appliance.store import Store
+
+    return TokenService(Store(settings.db_path))
 
 
 def _real_nfs_units() -> NfsUnits:
-    from appliance.host.nfs_units import SystemdNfsUnits
-    from appliance.host.run import SubprocessRunner
+    from appliance.host.factory import real_nfs_units
 
-    return SystemdNfsUnits(SubprocessRunner())
+    return real_nfs_units()
 
 
 def _real_client_tools(workdir: str) -> ClientTools:
@@ -86,12 +91,14 @@ def _real_client_tools(workdir: str) -> ClientTools:
 @dataclass(frozen=True)
 class Wiring:
     """How commands get what they act on: the REST client (remote commands), the engine
-    and host adapters (commands run on the appliance), the probe tools (client mode).
+    and host adapters (commands run on the appliance), the API tokens in its database,
+    the probe tools (client mode).
     :data:`REAL` is the appliance's; tests give ``main`` one built on fakes."""
 
     client: Callable[[argparse.Namespace], Client] = Client
     engine: Callable[[Settings], Engine] = _real_engine
     hosts: Callable[[Settings], HostAdapters] = _real_hosts
+    tokens: Callable[[Settings], TokenService] = _real_tokens
     client_tools: Callable[[str], ClientTools] = _real_client_tools
     nfs_units: Callable[[], NfsUnits] = _real_nfs_units
 

@@ -77,10 +77,7 @@ def cmd_openapi(args: argparse.Namespace) -> int:
 
 
 def cmd_token(args: argparse.Namespace) -> int:
-    from appliance.services.tokens import TokenService
-    from appliance.store import Store
-
-    tokens = TokenService(Store(settings_of(args).db_path))
+    tokens = wiring(args).tokens(settings_of(args))
     if args.token_cmd == "create":
         token = tokens.create(args.name, args.role)
         out(args, {"token": token, "role": args.role, "name": args.name}, lambda d: d["token"])

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from appliance.host.cluster import ClusterHost
 from appliance.host.fio import FioHost
@@ -18,9 +19,10 @@ from appliance.host.iostats import IoStatsHost
 from appliance.host.iscsi_initiator import Initiator
 from appliance.host.lio import LioHost
 from appliance.host.local import LocalHost
-from appliance.host.localfs import DeviceFs
+from appliance.host.localfs import DeviceFs, LocalFs
 from appliance.host.net import Iperf3
 from appliance.host.nfs_server import GaneshaHost
+from appliance.host.nfs_units import NfsUnits
 from appliance.host.nfsclient import NfsMounter
 from appliance.host.nvme_initiator import NvmeInitiator
 from appliance.host.nvmet import NvmetHost
@@ -65,11 +67,32 @@ class HostAdapters:
     cluster: ClusterHost | None = None  # pacemaker (None: never in an HA pair)
 
 
-def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
-    """fio, iperf3, the kernel NFS client and open-iscsi on this machine."""
+class HostConfig(Protocol):
+    """What of the appliance's settings the real adapters are made from (appliance
+    Settings has these; the host layer does not import it)."""
+
+    @property
+    def state_dir(self) -> Path: ...
+
+    @property
+    def ganesha_exports_dir(self) -> Path: ...
+
+    @property
+    def ganesha_dbus_address(self) -> str | None: ...
+
+    @property
+    def hooks_dir(self) -> Path: ...
+
+    @property
+    def nfs_server(self) -> str: ...
+
+
+def real_client_hosts(runner: Runner | None = None) -> tuple[ProbeHosts, LocalFs]:
+    """fio, iperf3, the kernel NFS client, open-iscsi and nvme-cli on this machine, and
+    the file-system helper they share (client-mode probes make and remove their
+    directories with it)."""
     from appliance.host.fio import Fio
     from appliance.host.iscsi_initiator import IscsiInitiator
-    from appliance.host.localfs import LocalFs
     from appliance.host.nfsclient import NfsClient
     from appliance.host.nvme_initiator import NvmeCli
     from appliance.host.run import SubprocessRunner
@@ -81,15 +104,25 @@ def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
     return ProbeHosts(fio=Fio(runner, spawner), mounter=NfsClient(runner),
                       initiator=IscsiInitiator(runner), devfs=fs,
                       iperf=Iperf3(runner, spawner), stats=SysStats(), sync=fs.sync,
-                      nvme=NvmeCli(runner))
+                      nvme=NvmeCli(runner)), fs
 
 
-def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address: str | None,
-               runner: Runner | None = None,
-               hooks_dir: Path = Path("/etc/zds/hooks"), nfs_server: str = "ganesha"
-               ) -> HostAdapters:
+def real_probe_hosts(runner: Runner | None = None) -> ProbeHosts:
+    """fio, iperf3, the kernel NFS client, open-iscsi and nvme-cli on this machine."""
+    return real_client_hosts(runner)[0]
+
+
+def real_nfs_units(runner: Runner | None = None) -> NfsUnits:
+    """The systemd units of the two NFS servers (``zds nfs-server``)."""
+    from appliance.host.nfs_units import SystemdNfsUnits
+    from appliance.host.run import SubprocessRunner
+
+    return SystemdNfsUnits(runner or SubprocessRunner())
+
+
+def real_hosts(config: HostConfig, runner: Runner | None = None) -> HostAdapters:
     """ZFS, LIO (rtslib-fb), the NFS server (nfs-ganesha over DBus, or the kernel's when
-    ``nfs_server`` is "knfsd") and the probe tools of this machine."""
+    ``config.nfs_server`` is "knfsd") and the probe tools of this machine."""
     from appliance.host.cluster import Pacemaker
     from appliance.host.ganesha import Ganesha
     from appliance.host.hooks import Hooks
@@ -106,21 +139,22 @@ def real_hosts(state_dir: Path, ganesha_exports_dir: Path, ganesha_dbus_address:
 
     runner = runner or SubprocessRunner()
     local = RealLocalHost(runner)
-    ssh = OpenSsh(runner, state_dir / "replication", hostname=local.hostname())
+    ssh = OpenSsh(runner, config.state_dir / "replication", hostname=local.hostname())
+    dbus = config.ganesha_dbus_address
     return HostAdapters(
         # demo/test pools on sparse files live in <state>/pools/<pool>/: import
         # searches there too, besides the disks
-        zfs=Zfs(runner, import_dirs=(str(state_dir / "pools" / "*"),)),
+        zfs=Zfs(runner, import_dirs=(str(config.state_dir / "pools" / "*"),)),
         lio=Lio(),
-        ganesha=(Knfsd(runner) if nfs_server == "knfsd"
-                 else Ganesha(runner, ganesha_exports_dir, ganesha_dbus_address)),
+        ganesha=(Knfsd(runner) if config.nfs_server == "knfsd"
+                 else Ganesha(runner, config.ganesha_exports_dir, dbus)),
         local=local,
         probes=real_probe_hosts(runner),
         ssh=ssh,
         zfs_send=ZfsSend(runner, ssh),
         vsphere=PyVmomiConnector(),
-        hooks=Hooks(runner, hooks_dir),
-        iostats=IoStats(runner, ganesha_dbus_address, nfs_counters=nfs_server == "ganesha"),
+        hooks=Hooks(runner, config.hooks_dir),
+        iostats=IoStats(runner, dbus, nfs_counters=config.nfs_server == "ganesha"),
         nvmet=Nvmet(runner),
         cluster=Pacemaker(runner),
     )

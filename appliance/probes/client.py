@@ -38,13 +38,10 @@ class ClientTools:
 
 def real_client_tools(workdir: str) -> ClientTools:
     """fio, iperf3 and the file-system helpers of this machine (appliance.host)."""
-    from appliance.host.factory import real_probe_hosts
-    from appliance.host.localfs import LocalFs, fs_usage, is_block_device
-    from appliance.host.run import SubprocessRunner
+    from appliance.host.factory import real_client_hosts
+    from appliance.host.localfs import fs_usage, is_block_device
 
-    runner = SubprocessRunner()
-    hosts = real_probe_hosts(runner)
-    fs = LocalFs(runner)
+    hosts, fs = real_client_hosts()
     executor = ProbeExecutor(hosts.fio, workdir, stats=hosts.stats, iperf=hosts.iperf,
                              sync=hosts.sync)
     return ClientTools(executor, fs_usage, fs.make_dir, fs.remove_tree, is_block_device)

@@ -357,3 +357,48 @@ def test_the_appliance_imports_no_fake() -> None:
     # and the check sees one when it is there
     edges["appliance.host.factory"].add("appliance.fake_hosts")
     assert "appliance.fake_hosts" in reachable(edges, "appliance.engine")
+
+
+# Made outside the factory on purpose, with the reason:
+MADE_ELSEWHERE = {
+    # zds-hostid.service runs on every boot before any pool import: it loads the local
+    # adapter alone, not the factory's every adapter module (issue 26's boot path)
+    ("appliance.hostid", "RealLocalHost"), ("appliance.hostid", "SubprocessRunner"),
+}
+
+
+def made_by_the_factory() -> set[str]:
+    """The classes appliance/host/factory.py instantiates, except the records it fills."""
+    tree = ast.parse((ROOT / "appliance/host/factory.py").read_text())
+    called = {node.func.id for node in ast.walk(tree)
+              if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+    classes = {name for name in called if name[:1].isupper()}
+    return classes - {"ProbeHosts", "HostAdapters"}
+
+
+def adapter_calls(tree: ast.AST, adapters: set[str]) -> list[str]:
+    """Calls of ``adapters`` imported from appliance.host in ``tree`` (a name the model
+    also uses, NfsClient or Hooks, counts only when it is the host layer's)."""
+    from_host = {alias.asname or alias.name for node in ast.walk(tree)
+                 if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(
+                     "appliance.host") for alias in node.names}
+    return [node.func.id for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id in adapters & from_host]
+
+
+def test_the_real_adapters_are_made_by_the_factory_only() -> None:
+    """One factory: the engine, the probes and the CLI take their real adapters from
+    appliance/host/factory.py, so a setting reaches every adapter the same way."""
+    adapters = made_by_the_factory()
+    assert {"Zfs", "Lio", "Ganesha", "LocalFs", "Fio", "SystemdNfsUnits"} <= adapters
+    outside = [(mod, name) for mod, path in modules().items()
+               if not mod.startswith("appliance.host")
+               for name in adapter_calls(ast.parse(path.read_text(), str(path)), adapters)
+               if (mod, name) not in MADE_ELSEWHERE]
+    assert outside == []
+    # and the check sees one made elsewhere, and not a model's record of the same name
+    made = "from appliance.host.zfs import Zfs\nzfs = Zfs(runner)\n"
+    record = "from appliance.model import NfsClient\nc = NfsClient('*', 'rw')\n"
+    assert adapter_calls(ast.parse(made), adapters) == ["Zfs"]
+    assert adapter_calls(ast.parse(record), adapters) == []
