@@ -9,7 +9,8 @@ from api import schemas as s
 from appliance.attach import AttachInstructions
 from appliance.host.zfs import VdevNode
 from appliance.jobs import Job
-from appliance.services.datastores import ChapRequest, DatastoreRequest, DatastoreView
+from appliance.model import ChapSettings
+from appliance.services.datastores import DatastoreRequest, DatastoreView
 from appliance.services.groups import GroupView
 from appliance.services.pools import PoolRequest, PoolView, VdevRequest
 from appliance.services.snapshots import SnapshotView
@@ -41,8 +42,8 @@ def nvme_fields(nvme: s.NvmeAccessBody) -> dict[str, Any]:
             "nvme_dhchap": nvme.dhchap is not None}
 
 
-def chap_request(chap: s.ChapBody | None) -> ChapRequest | None:
-    return (ChapRequest(chap.user, chap.secret, chap.mutual_user, chap.mutual_secret)
+def chap_request(chap: s.ChapBody | None) -> ChapSettings | None:
+    return (ChapSettings(chap.user, chap.secret, chap.mutual_user, chap.mutual_secret)
             if chap else None)
 
 

@@ -21,7 +21,7 @@ from api.fields import (
     UnixUser,
 )
 from appliance.host.ssh import AuthorizedKey
-from appliance.services.datastores import ChapRequest
+from appliance.model import ChapSettings
 from appliance.services.replication import (
     CheckView,
     Identity,
@@ -254,7 +254,7 @@ def promote_request(body: PromoteBody) -> PromoteRequest:
     chap = None
     if body.iscsi is not None and body.iscsi.chap is not None:
         c = body.iscsi.chap
-        chap = ChapRequest(c.user, c.secret, c.mutual_user, c.mutual_secret)
+        chap = ChapSettings(c.user, c.secret, c.mutual_user, c.mutual_secret)
     return PromoteRequest(
         name=body.name, identity=body.identity, nfs_path=body.nfs_path,
         nfs_clients=[c.model_dump() for c in body.nfs.clients] if body.nfs else None,

@@ -55,12 +55,14 @@ VAAI_ATTRIBUTES: Mapping[str, int] = {
 
 @dataclass(frozen=True)
 class Chap:
-    """CHAP on one initiator ACL; mutual_* set = mutual (bidirectional) CHAP."""
+    """CHAP on one initiator ACL; mutual_* set = mutual (bidirectional) CHAP. The
+    secrets are what LIO's configfs calls ``auth/password`` and ``auth/password_mutual``;
+    ZDS says secret everywhere, as the model (``ChapSettings``) and the API do."""
 
     user: str
-    password: str
+    secret: str
     mutual_user: str | None = None
-    mutual_password: str | None = None
+    mutual_secret: str | None = None
 
 
 @dataclass(frozen=True)
@@ -193,11 +195,11 @@ def check_spec(spec: TargetSpec) -> None:
         seen_acl.add(acl.initiator)
         if acl.chap is not None:
             c = acl.chap
-            values = [c.user, c.password]
-            if (c.mutual_user is None) != (c.mutual_password is None):
-                raise InvalidInput("mutual CHAP needs both a user and a password")
-            if c.mutual_user is not None and c.mutual_password is not None:
-                values += [c.mutual_user, c.mutual_password]
+            values = [c.user, c.secret]
+            if (c.mutual_user is None) != (c.mutual_secret is None):
+                raise InvalidInput("mutual CHAP needs both a user and a secret")
+            if c.mutual_user is not None and c.mutual_secret is not None:
+                values += [c.mutual_user, c.mutual_secret]
             for v in values:
                 if not v or len(v) > MAX_CHAP_LEN or v == "NULL" or v != v.strip() or any(
                     ord(ch) < 0x21 or ord(ch) > 0x7E for ch in v
@@ -716,9 +718,9 @@ class Lio:
             c = acl_spec.chap
             values = {
                 "chap_userid": c.user if c else "",
-                "chap_password": c.password if c else "",
+                "chap_password": c.secret if c else "",
                 "chap_mutual_userid": (c.mutual_user or "") if c else "",
-                "chap_mutual_password": (c.mutual_password or "") if c else "",
+                "chap_mutual_password": (c.mutual_secret or "") if c else "",
             }
             for attr, text in values.items():
                 if (getattr(acl, attr) or "") != text:

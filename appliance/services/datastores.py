@@ -64,14 +64,6 @@ JOB_LOCK_WAIT = 3600.0
 
 
 @dataclass(frozen=True)
-class ChapRequest:
-    user: str
-    secret: str
-    mutual_user: str | None = None
-    mutual_secret: str | None = None
-
-
-@dataclass(frozen=True)
 class DatastoreRequest:
     """The body of ``PUT /datastores/{name}`` as sent (not yet validated)."""
 
@@ -83,7 +75,7 @@ class DatastoreRequest:
     nfs_clients: list[dict[str, str]] = field(default_factory=list)
     initiators: list[str] = field(default_factory=list)
     initiator_groups: list[str] = field(default_factory=list)
-    chap: ChapRequest | None = None
+    chap: ChapSettings | None = None  # as sent: checked by the service
     sync: str | None = None
     compression: str | None = None
     recordsize: int | str | None = None

@@ -62,6 +62,7 @@ from appliance.host.zfs_send import (
 from appliance.jobs import Job, JobCancelled, JobContext
 from appliance.model import (
     DATASTORE_PARENT,
+    ChapSettings,
     DatastoreRecord,
     DatastoreSpec,
     datastore_dataset,
@@ -83,12 +84,7 @@ from appliance.replication.model import (
 )
 from appliance.replication.store import Promotion, ReplicationStore
 from appliance.scheduler import Task, every
-from appliance.services.datastores import (
-    ChapRequest,
-    DatastoreRequest,
-    DatastoreService,
-    DatastoreView,
-)
+from appliance.services.datastores import DatastoreRequest, DatastoreService, DatastoreView
 from appliance.services.system import ComponentHealth
 
 log = logging.getLogger(__name__)
@@ -189,7 +185,7 @@ class PromoteRequest:
     nfs_clients: list[dict[str, str]] | None = None
     initiators: list[str] | None = None
     initiator_groups: list[str] | None = None
-    chap: ChapRequest | None = None
+    chap: ChapSettings | None = None
     keep_access: bool = False
     nvme_hosts: list[str] | None = None
     nvme_initiator_groups: list[str] | None = None

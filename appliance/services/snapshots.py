@@ -12,12 +12,7 @@ from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
 from appliance.model import DatastoreRecord
 from appliance.reconciler import Reconciler
-from appliance.services.datastores import (
-    ChapRequest,
-    DatastoreRequest,
-    DatastoreService,
-    DatastoreView,
-)
+from appliance.services.datastores import DatastoreRequest, DatastoreService, DatastoreView
 
 
 @dataclass(frozen=True)
@@ -189,15 +184,13 @@ class SnapshotService:
     @staticmethod
     def inherited_request(src: DatastoreRecord) -> DatastoreRequest:
         spec = src.spec
-        chap = spec.iscsi.chap
         return DatastoreRequest(
             protocol=spec.protocol, size=spec.size, pool=spec.pool, thin=True,
             profile=spec.profile,
             nfs_clients=[{"match": c.match, "access": c.access} for c in spec.nfs_clients],
             initiators=list(spec.iscsi.initiators),
             initiator_groups=list(spec.iscsi.initiator_groups),
-            chap=ChapRequest(chap.user, chap.secret, chap.mutual_user, chap.mutual_secret)
-            if chap else None,
+            chap=spec.iscsi.chap,
             nvme_hosts=list(spec.nvme.hosts),
             nvme_initiator_groups=list(spec.nvme.initiator_groups),
             nvme_allow_any_host=spec.nvme.allow_any_host,

@@ -232,8 +232,8 @@ def test_chap_is_applied_and_never_returned(client: TestClient, rig: Rig) -> Non
         iscsi={"initiators": [ESX], "chap": chap})).json()
     assert d["iscsi"]["chap_user"] == "esx" and "abcdefghijkl" not in str(d)
     (t,) = rig.lio.list_targets()
-    assert t.spec.acls[0].chap is not None and t.spec.acls[0].chap.password == "abcdefghijkl"
-    assert t.spec.acls[0].chap.mutual_password == "mnopqrstuvwx"
+    assert t.spec.acls[0].chap is not None and t.spec.acls[0].chap.secret == "abcdefghijkl"
+    assert t.spec.acls[0].chap.mutual_secret == "mnopqrstuvwx"
     assert rig.lio.tpg_attributes(d["iscsi"]["iqn"])["authentication"] == 1
     vol = rig.zfs.get_dataset("tank/datastores/lun")
     assert vol is not None and "abcdefghijkl" not in str(vol.properties)

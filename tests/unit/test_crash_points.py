@@ -37,10 +37,10 @@ from appliance.host.fakes.replication import FakeNetwork
 from appliance.host.fakes.zfs import GiB, MiB
 from appliance.host.ganesha_config import ExportSpec
 from appliance.jobs import Job
-from appliance.model import DatastoreRecord, DatastoreSpec
+from appliance.model import ChapSettings, DatastoreRecord, DatastoreSpec
 from appliance.policies.service import PolicyRequest
 from appliance.properties import user_properties
-from appliance.services.datastores import ChapRequest, DatastoreRequest
+from appliance.services.datastores import DatastoreRequest
 from appliance.services.pools import PoolRequest, VdevRequest
 from appliance.services.replication import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.settings import Settings
@@ -62,7 +62,7 @@ ESX2 = "iqn.1998-01.com.vmware:esxi02-77c1"
 NFS = DatastoreRequest(protocol="nfs3", size="128M",
                        nfs_clients=[{"match": "192.0.2.0/24", "access": "rw"}])
 LUN = DatastoreRequest(protocol="iscsi", size="128M", initiators=[ESX],
-                       chap=ChapRequest("esxuser", "esxsecret12345"))
+                       chap=ChapSettings("esxuser", "esxsecret12345"))
 KVM = "nqn.2014-08.org.nvmexpress:uuid:5b1e0c2a-7d4f-4e8b-9a61-0c3f2d8e7b14"
 KVM2 = "nqn.2026-11.org.example:kvm-02"
 NVME = DatastoreRequest(protocol="nvme-tcp", size="128M", nvme_hosts=[KVM])
@@ -502,7 +502,7 @@ OPERATIONS = [
                                                     "access": "ro"}]), nfs_access_matches),
     change_access("lun", DatastoreRequest(protocol="iscsi", size="128M", initiators=[ESX]),
                   DatastoreRequest(protocol="iscsi", size="128M", initiators=[ESX, ESX2],
-                                   chap=ChapRequest("esxuser", "esxsecret12345",
+                                   chap=ChapSettings("esxuser", "esxsecret12345",
                                                     "tgtuser", "tgtsecret12345")),
                   lun_access_matches),
     create("ns", NVME),

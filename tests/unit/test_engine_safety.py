@@ -9,7 +9,8 @@ from fastapi.testclient import TestClient
 
 from appliance.adoption import adopt
 from appliance.host.ganesha_config import ClientRule, ExportSpec
-from appliance.services.datastores import ChapRequest, DatastoreRequest
+from appliance.model import ChapSettings
+from appliance.services.datastores import DatastoreRequest
 from appliance.transports.iscsi import IscsiTransport
 from tests.unit.conftest import Rig, make_rig
 from tests.unit.test_api_datastores import ESX, iscsi_body, nfs_body
@@ -66,7 +67,7 @@ def test_adopting_a_pool_from_another_appliance(tmp_path: Path) -> None:
     a = make_rig(tmp_path / "a")
     a.engine.start()
     a.engine.datastores.put("mine", nfs())  # export id 100 here
-    chap = ChapRequest("esx", "abcdefghijkl")
+    chap = ChapSettings("esx", "abcdefghijkl")
     a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
                                                        initiators=[ESX], chap=chap))
     a.engine.datastores.put("other", nfs())

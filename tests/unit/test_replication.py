@@ -27,7 +27,8 @@ from appliance.host.fakes.replication import (
 from appliance.host.fakes.zfs import FakeZfs, GiB, MiB
 from appliance.host.zfs_send import ReceiveSpec, SendSpec
 from appliance.jobs import Job
-from appliance.services.datastores import ChapRequest, DatastoreRequest
+from appliance.model import ChapSettings
+from appliance.services.datastores import DatastoreRequest
 from appliance.services.replication import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.settings import Settings
 
@@ -800,7 +801,7 @@ def test_promote_of_a_chap_lun_needs_chap_only_to_keep_access(
     src, dst = same_pool
     src.engine.datastores.put("lun01", DatastoreRequest(
         protocol="iscsi", size="4G", initiators=["iqn.2026-11.org.example:esx1"],
-        chap=ChapRequest("esx", "secret-secret-1")))
+        chap=ChapSettings("esx", "secret-secret-1")))
     put(src, datastore="lun01", dataset=f"{SAME_PREFIX}/lun01")
     ok(run(src))
     with pytest.raises(Conflict) as refused:
