@@ -214,18 +214,10 @@ Progress = Callable[[int], None]
 
 
 class ZfsSendHost(Protocol):
-    """What replication needs of ZFS beyond :class:`appliance.host.zfs.ZfsHost`."""
+    """What replication needs of ZFS beyond :class:`appliance.host.zfs.ZfsHost` (whose
+    hold/release/holds keep the source's cursor snapshot)."""
 
     # -- the source's cursor --------------------------------------------------------
-    def holds(self, snapshots: Sequence[str]) -> dict[str, set[str]]:
-        """Hold tags per snapshot (snapshots without holds are absent); one command."""
-
-    def hold(self, snapshot: str, tag: str) -> None:
-        """Idempotent. A held snapshot cannot be destroyed (``Conflict`` busy)."""
-
-    def release(self, snapshot: str, tag: str) -> None:
-        """Idempotent (a tag that is not there is fine)."""
-
     def bookmarks(self, dataset: str) -> list[SnapRef]:
         """Bookmarks of ``dataset``, oldest first; ``NotFound`` if it is missing."""
 
@@ -283,16 +275,6 @@ def parse_refs(out: str) -> list[SnapRef]:
         if len(f) >= 4 and f[1].isdigit():
             refs.append(SnapRef(f[0], int(f[1]), int(f[2]), int(f[3])))
     return sorted(refs, key=lambda r: (r.createtxg, r.name))
-
-
-def parse_holds(out: str) -> dict[str, set[str]]:
-    """``zfs holds -H`` -> {snapshot: {tags}}."""
-    found: dict[str, set[str]] = {}
-    for line in out.splitlines():
-        f = line.split("\t")
-        if len(f) >= 2:
-            found.setdefault(f[0].strip(), set()).add(f[1].strip())
-    return found
 
 
 def parse_send_size(out: str) -> int:
@@ -443,28 +425,6 @@ class ZfsSend:
             raise classify_error(exc) from exc
 
     # -- cursor ------------------------------------------------------------------------
-    def holds(self, snapshots: Sequence[str]) -> dict[str, set[str]]:
-        if not snapshots:
-            return {}
-        # `zfs holds -H tank/ds@s1 tank/ds@s3` (zfs 2.3.2; snapshots without holds print
-        # nothing):
-        #   tank/ds@s3	zds-repl:r1	Mon Nov 23 03:50 2026
-        return parse_holds(self._run(["holds", "-H", *(_name(s) for s in snapshots)]))
-
-    def hold(self, snapshot: str, tag: str) -> None:
-        try:
-            self._run(["hold", _tag(tag), _name(snapshot)])
-        except Conflict as exc:
-            if "tag already exists" not in str(exc):
-                raise
-
-    def release(self, snapshot: str, tag: str) -> None:
-        try:
-            self._run(["release", _tag(tag), _name(snapshot)])
-        except (NotFound, InvalidInput, HostCommandFailed) as exc:
-            if "no such tag" not in str(exc):
-                raise
-
     def bookmarks(self, dataset: str) -> list[SnapRef]:
         return parse_refs(self._run(["list", "-H", "-p", "-t", "bookmark", "-o",
                                      "name,guid,createtxg,creation", "-d", "1",
@@ -584,12 +544,6 @@ class ZfsSend:
         except ZdsError as exc:
             if "already mounted" not in str(exc):
                 raise
-
-
-def _tag(tag: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.:-]{0,200}", tag):
-        raise InvalidInput(f"invalid hold tag {tag!r}")
-    return tag
 
 
 def _is_cut(stderr: str) -> bool:

@@ -21,6 +21,7 @@ Target side (this appliance receives):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ipaddress
 import logging
 import threading
@@ -703,43 +704,53 @@ class ReplicationService:
         the run planned with them (only this replication changes its own)."""
         zsend, tag = self.zsend, hold_tag(name)
         with self.ctx.lock.hold(f"replication {name}: cursor", timeout=JOB_LOCK_WAIT):
-            zsend.hold(newest.name, tag)
+            self._hold(newest.name, tag)
             mark = f"{dataset}#{bookmark_prefix(name)}{newest.createtxg}"
             if all(b.name != mark for b in marks):
                 zsend.bookmark(newest.name, mark)
             for b in marks:
                 if b.short.startswith(bookmark_prefix(name)) and b.name != mark:
                     zsend.destroy_bookmark(b.name)
-            holds = zsend.holds([s.name for s in source])
+            holds = self.ctx.zfs.holds([s.name for s in source])
             for snap, tags in holds.items():
                 if tag in tags and snap != newest.name:
-                    zsend.release(snap, tag)
+                    self._release(snap, tag)
             own = snapshot_prefix(name)
             clones = {r.origin for r in self.ctx.store.list_datastores() if r.origin}
             for s in source:
                 if s.short.startswith(own) and s.name != newest.name and s.name not in clones \
-                        and not (holds.get(s.name, set()) - {tag}):
+                        and not set(holds.get(s.name, ())) - {tag}:
                     try:
                         self.ctx.zfs.destroy(s.name)
                     except ZdsError as exc:  # held meanwhile, or a clone: keep it
                         log.info("replication %s keeps %s: %s", name, s.name, exc.message)
+
+    def _hold(self, snapshot: str, tag: str) -> None:
+        """The cursor's hold; a retried run finds its own hold there already."""
+        with contextlib.suppress(Conflict):
+            self.ctx.zfs.hold(tag, [snapshot])
+
+    def _release(self, snapshot: str, tag: str) -> None:
+        """A hold already released (a retried drop, or the admin's) is fine."""
+        with contextlib.suppress(NotFound):
+            self.ctx.zfs.release(tag, [snapshot])
 
     def _drop_cursor(self, name: str, dataset: str) -> None:
         """Releases the hold, destroys the bookmarks and the snapshots this replication
         took (unless something else holds them or a clone depends on them)."""
         zsend, tag = self.zsend, hold_tag(name)
         snaps = [s.name for s in self.ctx.zfs.list_snapshots(dataset)]
-        holds = zsend.holds(snaps)
+        holds = self.ctx.zfs.holds(snaps)
         for snap, tags in holds.items():
             if tag in tags:
-                zsend.release(snap, tag)
+                self._release(snap, tag)
         for b in zsend.bookmarks(dataset):
             if b.short.startswith(bookmark_prefix(name)):
                 zsend.destroy_bookmark(b.name)
         clones = {r.origin for r in self.ctx.store.list_datastores() if r.origin}
         own = f"@{snapshot_prefix(name)}"
         for snap in snaps:
-            if own in snap and snap not in clones and not (holds.get(snap, set()) - {tag}):
+            if own in snap and snap not in clones and not set(holds.get(snap, ())) - {tag}:
                 try:
                     self.ctx.zfs.destroy(snap)
                 except ZdsError as exc:

@@ -234,8 +234,8 @@ def test_cursor_holds_one_snapshot_and_prunes_its_own(pair: tuple[Box, Box]) -> 
     names = [n for n, _ in snaps(src.zfs, ds)]
     own = [n for n in names if n.startswith("zds-repl-r1-")]
     assert "manual" in names and len(own) == 1, names  # the older run's snapshot is pruned
-    held = src.zsend.holds([f"{ds}@{n}" for n in names])
-    assert held == {f"{ds}@{own[0]}": {"zds-repl:r1"}}
+    held = src.zfs.holds([f"{ds}@{n}" for n in names])
+    assert {s: tags for s, tags in held.items() if tags} == {f"{ds}@{own[0]}": ["zds-repl:r1"]}
     marks = [b.short for b in src.zsend.bookmarks(ds)]
     assert len(marks) == 1 and marks[0].startswith("zds-repl-r1-")
     # the held cursor cannot be destroyed by accident
@@ -249,7 +249,7 @@ def test_bookmark_is_the_base_once_the_cursor_snapshot_is_gone(pair: tuple[Box, 
     put(src, take_snapshot=False)
     src.engine.snapshots.create("nfs01", "a")
     ok(run(src))
-    src.zsend.release(f"{ds}@a", "zds-repl:r1")  # the admin lets it go on purpose
+    src.zfs.release("zds-repl:r1", [f"{ds}@a"])  # the admin lets it go on purpose
     src.engine.snapshots.delete("nfs01", "a")
     src.zfs.write(ds, 5 * MiB)
     src.engine.snapshots.create("nfs01", "b")

@@ -33,6 +33,7 @@ from appliance.host.ssh import (
     public_key,
     render_authorized_keys,
 )
+from appliance.host.zfs import Zfs
 from appliance.host.zfs_send import (
     Diverged,
     PartialReceive,
@@ -46,7 +47,6 @@ from appliance.host.zfs_send import (
     TransferInterrupted,
     ZfsSend,
     classify_stream_error,
-    parse_holds,
     parse_refs,
     parse_resume_token,
     parse_send_size,
@@ -275,9 +275,6 @@ def test_parse_send_size_and_holds() -> None:
         == 18110152
     with pytest.raises(Exception, match="no size"):
         parse_send_size("")
-    # zfs holds -H -p p1/datastores/ds@s3
-    assert parse_holds("p1/datastores/ds@s3\tzds-repl:r1\t1795405544\n") == {
-        "p1/datastores/ds@s3": {"zds-repl:r1"}}
 
 
 # zfs receive/send stderr, as zfs 2.3.2 printed it in the appliance
@@ -536,23 +533,28 @@ def test_pipeline_reports_the_send_side_failure(stand_in: tuple[ZfsSend, Path],
         zs.transfer(SendSpec(resume_token="1-ab"), Endpoint(None), ReceiveSpec("r/d"))
 
 
-def test_holds_tolerate_repeats(tmp_path: Path) -> None:
+def test_hold_repeats_are_told_apart_from_missing_snapshots(tmp_path: Path) -> None:
+    """The cursor's hold goes through the Zfs adapter: replication ignores a repeated
+    hold (Conflict) or release (NotFound), so the adapter must classify them so, and a
+    missing snapshot as NotFound, not Conflict."""
     runner = RecordingRunner()
     runner.on(["zfs", "hold"], returncode=1, stderr="cannot hold snapshot 't/d@s': tag "
                                                      "already exists on this dataset")
     runner.on(["zfs", "release"], returncode=1, stderr="cannot release hold from snapshot "
                                                        "'t/d@s': no such tag on this dataset")
-    zs = ZfsSend(runner, OpenSsh(runner, tmp_path))
-    zs.hold("t/d@s", "zds-repl:r1")
-    zs.release("t/d@s", "zds-repl:r1")
+    zfs = Zfs(runner)
+    with pytest.raises(Conflict):
+        zfs.hold("zds-repl:r1", ["t/d@s"])
+    with pytest.raises(NotFound):
+        zfs.release("zds-repl:r1", ["t/d@s"])
     runner.on(["zfs", "hold"], returncode=1, stderr="cannot open 't/d@x': dataset does not "
                                                      "exist")
     with pytest.raises(NotFound):
-        zs.hold("t/d@x", "zds-repl:r1")
+        zfs.hold("zds-repl:r1", ["t/d@x"])
     runner.on(["zfs", "bookmark"], returncode=1, stderr="cannot create bookmark 't/d#b': "
                                                          "bookmark exists")
     with pytest.raises(Conflict):
-        zs.bookmark("t/d@s", "t/d#b")
+        ZfsSend(runner, OpenSsh(runner, tmp_path)).bookmark("t/d@s", "t/d#b")
 
 
 # --- the ssh+tcp transport: the real gate and pipeline, with stand-ins for ssh and zfs ----

@@ -71,7 +71,8 @@ def _cut(zsend: ZfsSendHost, send: SendSpec, receive: ReceiveSpec, after: int) -
 
 
 def check_cursor(zfs: ZfsHost, zsend: ZfsSendHost, pool: str) -> None:
-    """Holds (idempotent, block destroy) and bookmarks (guid of their snapshot)."""
+    """The cursor: a hold (ZfsHost's, as replication takes it) blocks destroy, and
+    bookmarks carry their snapshot's guid."""
     root = _scratch(zfs, pool)
     try:
         ds = f"{root}/src"
@@ -79,17 +80,13 @@ def check_cursor(zfs: ZfsHost, zsend: ZfsSendHost, pool: str) -> None:
         zfs.snapshot(ds, "s1")
         zfs.snapshot(ds, "s2")
         s1, s2 = f"{ds}@s1", f"{ds}@s2"
-        zsend.hold(s1, TAG)
-        zsend.hold(s1, TAG)  # idempotent
-        assert zsend.holds([s1, s2]) == {s1: {TAG}}, zsend.holds([s1, s2])
-        assert zsend.holds([]) == {}
+        zfs.hold(TAG, [s1])
+        assert zfs.holds([s1, s2]) == {s1: [TAG], s2: []}, zfs.holds([s1, s2])
         expect(Conflict, zfs.destroy, s1)
         expect(Conflict, zfs.destroy, ds, recursive=True)
         assert len(zfs.list_snapshots(ds)) == 2
-        zsend.release(s1, TAG)
-        zsend.release(s1, TAG)  # idempotent
-        assert zsend.holds([s1, s2]) == {}
-        expect(NotFound, zsend.hold, f"{ds}@nope", TAG)
+        zfs.release(TAG, [s1])
+        assert zfs.holds([s1, s2]) == {s1: [], s2: []}
 
         zsend.bookmark(s2, f"{ds}#b2")
         marks = zsend.bookmarks(ds)

@@ -200,23 +200,6 @@ class FakeZfsSend:
     def _snap(self, name: str) -> tuple[_Ds, _Snap]:
         return self.zfs._snap(name)
 
-    def holds(self, snapshots: Sequence[str]) -> dict[str, set[str]]:
-        self.zfs._up()
-        found = {}
-        for name in snapshots:
-            _, snap = self._snap(name)
-            if snap.holds:
-                found[name] = set(snap.holds)
-        return found
-
-    def hold(self, snapshot: str, tag: str) -> None:
-        self.zfs._up()
-        self._snap(snapshot)[1].holds.setdefault(tag, self.zfs._now())
-
-    def release(self, snapshot: str, tag: str) -> None:
-        self.zfs._up()
-        self._snap(snapshot)[1].holds.pop(tag, None)
-
     def bookmarks(self, dataset: str) -> list[SnapRef]:
         self.zfs._up()
         ds = self.zfs._ds(dataset)
