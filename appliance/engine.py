@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from appliance import reconcile as rc
+from appliance import actions as rc
 from appliance.adoption import adopt
 from appliance.context import Context
 from appliance.host.factory import HostAdapters, real_hosts

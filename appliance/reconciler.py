@@ -29,8 +29,8 @@ from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
+from appliance import actions as rc
 from appliance import properties
-from appliance import reconcile as rc
 from appliance.context import Context
 from appliance.errors import Unavailable, ZdsError
 from appliance.host.zfs import DatasetInfo, ZfsHost

@@ -33,13 +33,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, TypeVar
 
+from appliance.actions import Action, ReconcileReport
 from appliance.attach import AttachInstructions
 from appliance.host.factory import HostAdapters, ProbeHosts
 from appliance.host.iostats import IoStatsHost
 from appliance.host.zfs import DatasetInfo
 from appliance.metrics.counters import BlockReading, Source
 from appliance.model import DatastoreRecord, DatastoreSpec
-from appliance.reconcile import Action, ReconcileReport
 from appliance.settings import Settings
 from appliance.store import Store
 from appliance.transports.storage import Storage

@@ -18,6 +18,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from appliance import validate
+from appliance.actions import Action, ReconcileReport
 from appliance.attach import AttachInstructions, shell_quote, virsh_commands
 from appliance.errors import Conflict, Unavailable, ZdsError
 from appliance.host.factory import HostAdapters, ProbeHosts
@@ -37,7 +38,6 @@ from appliance.host.local import LocalHost
 from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.metrics.counters import BlockReading, Source, commands_values
 from appliance.model import DatastoreRecord, DatastoreSpec, InitiatorGroup, naa_wwn
-from appliance.reconcile import Action, ReconcileReport
 from appliance.settings import Settings
 from appliance.store import Store
 from appliance.transports.base import (

@@ -17,6 +17,7 @@ from functools import partial
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from appliance.actions import Action, ReconcileReport
 from appliance.attach import AttachInstructions, shell_quote, virsh_commands
 from appliance.errors import Conflict, Unavailable, ZdsError
 from appliance.host.factory import HostAdapters, ProbeHosts
@@ -29,7 +30,6 @@ from appliance.host.nfsclient import NfsMounter
 from appliance.host.zfs import DatasetInfo
 from appliance.metrics.counters import BlockReading, Source, nfs_values
 from appliance.model import PROBE_SCRATCH_PARENT, DatastoreRecord, DatastoreSpec
-from appliance.reconcile import Action, ReconcileReport
 from appliance.settings import Settings
 from appliance.store import Store
 from appliance.transports.base import (

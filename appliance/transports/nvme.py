@@ -36,6 +36,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from appliance import validate
+from appliance.actions import Action, ReconcileReport
 from appliance.attach import AttachInstructions, shell_quote, virsh_commands
 from appliance.errors import Conflict, Unavailable, ZdsError
 from appliance.host.factory import HostAdapters, ProbeHosts
@@ -56,7 +57,6 @@ from appliance.host.nvmet import check_spec as check_subsystem
 from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.metrics.counters import BlockReading, Source
 from appliance.model import DatastoreRecord, DatastoreSpec, InitiatorGroup
-from appliance.reconcile import Action, ReconcileReport
 from appliance.settings import Settings
 from appliance.store import Store
 from appliance.transports.base import (

@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from api.app import create_app
-from appliance.reconcile import ReconcileReport
+from appliance.actions import ReconcileReport
 from appliance.reconciler import Status
 from appliance.services.datastores import DatastoreRequest
 from appliance.settings import Settings

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from appliance import reconcile as rc
+from appliance import actions as rc
 from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.host.lio import AclSpec, LiveTarget, LunSpec, TargetSpec
 from appliance.host.nfs_server import LiveExport

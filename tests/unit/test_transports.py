@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from appliance.actions import Action, ReconcileReport
 from appliance.attach import AttachInstructions, virsh_commands
 from appliance.engine import Engine
 from appliance.errors import Conflict, InvalidInput, Unavailable, ZdsError
@@ -36,7 +37,6 @@ from appliance.model import (
     NfsClient,
 )
 from appliance.probes.service import ProbeRequest
-from appliance.reconcile import Action, ReconcileReport
 from appliance.services.datastores import DatastoreRequest
 from appliance.settings import Settings
 from appliance.store import Store

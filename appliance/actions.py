@@ -1,5 +1,5 @@
 """The vocabulary of reconciling: an :class:`Action` a transport plans, and the
-:class:`ReconcileReport` of applying them.
+:class:`ReconcileReport` of applying them (appliance/reconciler.py runs them).
 
 Each transport (:mod:`appliance.transports`) plans its own actions purely (plain data in,
 a list of actions out, unit-tested without a host) and applies them through its
