@@ -22,7 +22,7 @@ from api.fields import (
 )
 from appliance.host.ssh import AuthorizedKey
 from appliance.model import ChapSettings
-from appliance.services.replication import (
+from appliance.replication.views import (
     CheckView,
     Identity,
     IncomingView,

@@ -24,11 +24,11 @@ from appliance.policies.records import PolicyRecords
 from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
 from appliance.reconciler import DEVICE_WAIT, Reconciler
+from appliance.replication.service import ReplicationService
 from appliance.services.cluster import ClusterService
 from appliance.services.datastores import DatastoreService
 from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
-from appliance.services.replication import ReplicationService
 from appliance.services.snapshots import SnapshotService
 from appliance.services.system import ComponentHealth, SystemService
 from appliance.services.tokens import TokenService

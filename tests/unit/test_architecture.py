@@ -402,3 +402,15 @@ def test_the_real_adapters_are_made_by_the_factory_only() -> None:
     record = "from appliance.model import NfsClient\nc = NfsClient('*', 'rw')\n"
     assert adapter_calls(ast.parse(made), adapters) == ["Zfs"]
     assert adapter_calls(ast.parse(record), adapters) == []
+
+
+def test_one_layout_for_the_use_cases() -> None:
+    """A domain's use cases live in appliance/services/X.py, or, when the domain has
+    modules of its own (a model, a store, a planner), in appliance/X/service.py: never
+    both, so nobody looks for them in the wrong place (docs/architecture.md)."""
+    services = {p.stem for p in (ROOT / "appliance/services").glob("*.py")} - {"__init__"}
+    packages = {p.parent.name for p in (ROOT / "appliance").glob("*/service.py")}
+    assert {"replication", "probes", "policies"} <= packages
+    assert services & packages == set()
+    for package in packages:  # each package's use cases are in its service.py
+        assert not (ROOT / "appliance/services" / f"{package}.py").exists()

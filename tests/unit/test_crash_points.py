@@ -40,9 +40,9 @@ from appliance.jobs import Job
 from appliance.model import ChapSettings, DatastoreRecord, DatastoreSpec
 from appliance.policies.service import PolicyRequest
 from appliance.properties import user_properties
+from appliance.replication.views import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.services.datastores import DatastoreRequest
 from appliance.services.pools import PoolRequest, VdevRequest
-from appliance.services.replication import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.settings import Settings
 from appliance.transports.iscsi import backstore_name, target_matches
 from appliance.transports.nfs import export_spec

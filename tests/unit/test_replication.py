@@ -28,8 +28,8 @@ from appliance.host.fakes.zfs import FakeZfs, GiB, MiB
 from appliance.host.zfs_send import ReceiveSpec, SendSpec
 from appliance.jobs import Job
 from appliance.model import ChapSettings
+from appliance.replication.views import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.services.datastores import DatastoreRequest
-from appliance.services.replication import PromoteRequest, ReplicationRequest, TargetRequest
 from appliance.settings import Settings
 
 TARGET_HOST = "192.0.2.20"
