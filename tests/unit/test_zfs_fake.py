@@ -144,3 +144,52 @@ def test_user_property_on_snapshot_only() -> None:
         zfs.set_properties("tank/a@s", {"compression": "lz4"})
     with pytest.raises(InvalidInput):
         zfs.snapshot("tank/a", "t", {"compression": "lz4"})
+
+
+def _tree(n: int) -> FakeZfs:
+    zfs = FakeZfs.with_pool("tank", size=100 * GiB)
+    zfs.create_filesystem("tank/datastores", {})
+    for i in range(n):
+        if i % 2:
+            zfs.create_volume(f"tank/datastores/v{i}", 64 * MiB, sparse=i % 4 == 1,
+                              properties={})
+        else:
+            zfs.create_filesystem(f"tank/datastores/f{i}", {})
+            zfs.write(f"tank/datastores/f{i}", (i + 1) * MiB)
+    return zfs
+
+
+def test_a_list_says_what_each_dataset_read_says() -> None:
+    """The list computes space once for the pool: its used/available must still be what
+    a read of each dataset alone answers."""
+    zfs = _tree(12)
+    listed = {d.name: d for d in zfs.list_datasets("tank")}
+    for name, info in listed.items():
+        alone = zfs.get_dataset(name)
+        assert alone is not None
+        for key in ("used", "available", "usedbychildren", "referenced"):
+            assert info.prop(key) == alone.prop(key), (name, key)
+    children = [d for n, d in listed.items() if n.startswith("tank/datastores/")]
+    assert listed["tank/datastores"].int_prop("used") == sum(
+        d.int_prop("used") for d in children) > 0
+
+
+def test_a_list_costs_linear_work_in_the_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FakeZfs answers lists of 1,000 datastores in the scale tests: each dataset's
+    space figures must not be summed over every other dataset (N squared)."""
+    charges = 0
+    real = FakeZfs._charge
+
+    def counted(ds: object) -> int:
+        nonlocal charges
+        charges += 1
+        return real(ds)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FakeZfs, "_charge", staticmethod(counted))
+    costs = []
+    for n in (100, 400):
+        zfs = _tree(n)
+        charges = 0
+        zfs.list_datasets("tank")
+        costs.append(charges)
+    assert costs[1] < 5 * costs[0], costs  # 4x the datasets: about 4x the work, not 16x
