@@ -305,16 +305,28 @@ class Reconciler:
         plans = self._plan(self.desired(records, view), live)
         items += [DriftItem(a.kind, a.subject, a.reason, f"the reconcile does it ({RECONCILE})")
                   for _t, actions in plans for a in actions]
-        used = {t.name for t, recs in self.ctx.transports.grouped(records) if recs}
-        for t in self.ctx.transports:
-            # a daemon that is down matters here only when datastores need it (health
-            # says it is down either way): a host without NVMe/TCP is not out of sync
-            if t.name in used and not live.parts[t.name].up:
-                items.append(DriftItem("unknown", t.daemon, f"{t.daemon} is not answering: "
-                                                            "what it serves cannot be compared",
-                                       t.health_detail(False)))
+        unknown, _hidden = self._unanswered(records, live)
+        items += unknown
         self._update(drift_at=time.time(), drift=tuple(items), drift_error=None)
         return items
+
+    def _unanswered(self, records: Sequence[DatastoreRecord],
+                    live: LiveState) -> tuple[list[DriftItem], set[str]]:
+        """One "unknown" item per daemon that does not answer while datastores need it,
+        and the subjects it stands for: what such a daemon serves cannot be compared, so
+        drift and the full reconcile's record both say it once, not once per datastore
+        that could not be applied. A daemon no datastore needs is not drift (health says
+        it is down either way): a host without NVMe/TCP is not out of sync."""
+        items: list[DriftItem] = []
+        hidden: set[str] = set()
+        for t, recs in self.ctx.transports.grouped(records):
+            part = live.parts.get(t.name)
+            if not recs or part is None or part.up:
+                continue
+            items.append(DriftItem("unknown", t.daemon, f"{t.daemon} is not answering: what "
+                                   "it serves cannot be compared", t.health_detail(False)))
+            hidden.update(s for r in recs for s in (r.name, r.spec.dataset, *t.subjects(r)))
+        return items, hidden
 
     def zfs_problems(self, records: Sequence[DatastoreRecord],
                      view: ZfsView) -> list[DriftItem]:
@@ -459,7 +471,7 @@ class Reconciler:
             report.merge(self._apply(self.desired(records, view), live))
             self._devices(report, records, view, device_wait)
         if not exclude:
-            self._after_full(report, records, view)
+            self._after_full(report, records, view, live)
         return report
 
     def datastores(self, records: Sequence[DatastoreRecord], withdraw: bool = False,
@@ -551,16 +563,21 @@ class Reconciler:
             self._update(drift_at=time.time(), drift=(), drift_error=exc.message)
 
     def _after_full(self, report: rc.ReconcileReport, records: Sequence[DatastoreRecord],
-                    view: ZfsView) -> None:
+                    view: ZfsView, live: LiveState) -> None:
+        """The drift a full reconcile leaves: ZFS problems (with what their repair met),
+        what failed to apply, and a daemon that did not answer said once for all its
+        datastores (as :meth:`drift` says it)."""
+        unknown, hidden = self._unanswered(records, live)
         items = []
         for item in self.zfs_problems(records, view):
             msgs = report.failed.get(item.subject)
             # a repair that failed: what it met, and what a person does about it
             items.append(replace(item, reason=f"{item.reason}; {'; '.join(msgs)}",
                                  action=_failed_action(msgs)) if msgs else item)
-        said = {i.subject for i in items}
+        said = {i.subject for i in items} | hidden
         items += [DriftItem("failed", subject, "; ".join(msgs), _failed_action(msgs))
                   for subject, msgs in sorted(report.failed.items()) if subject not in said]
+        items += unknown
         self._update(drift_at=time.time(), drift=tuple(items), drift_error=None)
 
     def _after_partial(self, report: rc.ReconcileReport,

@@ -113,3 +113,25 @@ def test_the_real_adapter_restarts_only_an_active_unit(tmp_path: Path) -> None:
         assert not Ganesha(other, tmp_path).restart_stuck()
         assert other.calls == [("systemctl", "is-active", "nfs-ganesha.service")]
     assert not Ganesha(running, tmp_path, unit=None).restart_stuck()
+
+
+def test_a_daemon_that_does_not_answer_is_one_drift_item_wherever_drift_is_read(
+        rig: Rig) -> None:
+    """GET /system/drift and the drift a full reconcile records (health's count) decide
+    alike: a silent ganesha is one "unknown" item, not one failure per NFS datastore it
+    could not be given; an iSCSI datastore's own drift still shows."""
+    for name in ("a", "b", "c"):
+        rig.engine.datastores.put(name, NFS)
+    lun = rig.engine.datastores.put("lun", DatastoreRequest(
+        protocol="iscsi", size="64M", initiators=["iqn.2026-11.org.example:h1"]))[0]
+    rig.ganesha.down = True
+    rig.lio.remove_target(lun.record.iqn or "")
+    report = rig.engine.reconciler.full()
+    assert report.failed  # the exports could not be given: the report keeps each one
+    recorded = [(i.kind, i.subject) for i in rig.engine.reconciler.status.drift]
+    assert recorded == [("unknown", "nfs-ganesha")], recorded
+    rig.lio.remove_target(lun.record.iqn or "")
+    asked = sorted((i.kind, i.subject) for i in rig.engine.reconciler.drift())
+    assert ("unknown", "nfs-ganesha") in asked and len(
+        [k for k, _ in asked if k == "unknown"]) == 1, asked
+    assert any(k == "apply_target" for k, _ in asked), asked
