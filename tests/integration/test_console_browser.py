@@ -20,7 +20,11 @@ import uvicorn
 from api.app import create_app
 from appliance.demo import demo_engine
 from appliance.engine import Engine
+from appliance.fake_hosts import fake_hosts
+from appliance.host.cluster import FenceEvent
+from appliance.host.fakes.cluster import FakeCluster
 from appliance.host.fio import FakeFio
+from appliance.settings import Settings
 from tests import browser
 from tests.browser import css, wait_for
 
@@ -31,7 +35,7 @@ if (why := browser.available()) is not None:
 
 FIX = Path(__file__).resolve().parents[1] / "unit" / "fixtures" / "fio"
 ADMIN_ONLY = ("form#new-datastore", "form#grow", "form#labels-form", "form#snapshot",
-              "form#probe", "form#comparison", "#delete", "button.danger")
+              "form#probe", "form#comparison", "form#failover", "#delete", "button.danger")
 
 
 def _free_port() -> int:
@@ -377,3 +381,78 @@ def test_api_reference_renders_the_document_with_nothing_from_elsewhere(
                                 ".position") == "sticky"
         assert browser.external_requests(d, s.base) == []
         browser.screenshot(d, "api-reference")
+
+
+def test_a_single_appliance_says_it_is_not_in_a_pair(served: Served) -> None:
+    s = served
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        assert not css(d, "#pair")  # the overview has no pair line
+        d.get(s.base + "/ui#/cluster")
+        said = wait_for(lambda: css(d, "#cluster-message"), what="the cluster page")[0].text
+        assert "not in an HA pair" in said
+        assert not css(d, "form#failover") and not css(d, "table#nodes")
+
+
+@pytest.fixture
+def pair_served(tmp_path: Path) -> Iterator[tuple[Served, FakeCluster]]:
+    """ha-a of a pair holding tank (its fake pacemaker); ha-b fenced once, and ha-a's
+    agent took the pool since (so there is a last takeover to show)."""
+    hosts = fake_hosts("tank", hostname="ha-a")
+    cluster = FakeCluster.pair("ha-a", "ha-b", {"tank": "ha-a"}, address="10.96.0.50")
+    cluster.fencing.append(FenceEvent("reboot", "ha-b", "success", "ha-a", "ha-a",
+                                      time.time() - 60))
+    hosts.cluster = cluster
+    engine = Engine.create(Settings().with_state_dir(tmp_path), hosts.adapters())
+    engine.start()
+    s = Served(engine)
+    s.thread.start()
+    wait_for(lambda: s.server.started, what="uvicorn")
+    job = s.api("POST", "/cluster/pools/tank/take", params={"wait": 30})
+    assert job["state"] == "succeeded", job
+    engine.reconciler.check()  # what the watcher does: health's check, pacemaker's state
+    engine.cluster.state(max_age=0)
+    yield s, cluster
+    s.server.should_exit = True
+    s.thread.join(timeout=10)
+    engine.close()
+
+
+def test_the_pair_in_the_console_and_a_planned_move(
+        pair_served: tuple[Served, FakeCluster]) -> None:
+    """Both nodes, who holds the pool and at which address, the fencing history and the
+    last takeover, as GET /cluster says; an admin moves the pool to the other node
+    through the form (pacemaker is asked, the pin cleared); a readonly token sees the
+    pair but no form."""
+    s, cluster = pair_served
+    with browser.chromium() as d:
+        browser.login(d, s.base, s.admin)
+        pair = wait_for(lambda: css(d, "#pair"), what="the pair line")[0].text
+        assert "this node ha-a is active (holds tank)" in pair and "ha-b online" in pair
+        d.get(s.base + "/ui#/cluster")
+        wait_for(lambda: css(d, 'table#nodes tr[data-node="ha-b"]'), what="the nodes")
+        api = s.api("GET", "/cluster")
+        cells = {c.get_attribute("data-field"): c.get_attribute("data-value") or ""
+                 for c in css(d, 'table#cluster-pools tr[data-pool="tank"] td')}
+        assert cells["node"] == api["pools"][0]["node"] == "ha-a"
+        assert cells["address"] == "10.96.0.50"
+        assert "(this node)" in css(d, 'tr[data-node="ha-a"] th')[0].text
+        took = {c.get_attribute("data-field"): c.get_attribute("data-value") or ""
+                for c in css(d, 'table#takeover tr[data-pool="tank"] td')}
+        assert float(took["total"]) == api["last_takeover"]["seconds"]["total"]
+        assert css(d, 'table#fencing tr[data-target="ha-b"] td[data-field=status]')[0] \
+            .text == "success"
+        browser.screenshot(d, "console-cluster")
+
+        css(d, '#failover-node option[value="ha-b"]')[0].click()
+        css(d, "form#failover button[type=submit]")[0].click()
+        wait_for(lambda: css(d, 'table#cluster-pools tr[data-pool="tank"] '
+                                'td[data-field=node][data-value="ha-b"]'), what="the move")
+        assert cluster.moves == [("zds-tank", "ha-b"), ("zds-tank", "")]
+        assert "done" in css(d, "#status")[0].text
+
+        browser.login(d, s.base, s.readonly)
+        d.get(s.base + "/ui#/cluster")
+        wait_for(lambda: css(d, "table#nodes"), what="the cluster page, readonly")
+        assert not css(d, "form#failover")
+

@@ -172,9 +172,10 @@
 
   async function overview() {
     const gen = generation;
-    const [pools, dss, latest, plat] = await Promise.all([
+    const [pools, dss, latest, plat, health] = await Promise.all([
       api("GET", "/pools"), api("GET", "/datastores"),
-      api("GET", "/metrics/datastores"), api("GET", "/metrics/pools")]);
+      api("GET", "/metrics/datastores"), api("GET", "/metrics/pools"),
+      api("GET", "/system/health").catch(() => null)]);  // 503 while starting: no line
     const lat = Object.fromEntries(latest.map(m => [m.name, m]));
     const pl = Object.fromEntries(plat.map(m => [m.pool, m]));
     const poolRows = pools.map(p => h("tr", {"data-pool": p.name},
@@ -203,7 +204,13 @@
         cell("write_latency_ms", m.write_latency_ms, num(m.write_latency_ms, 2)));
     });
     if (stale(gen)) return;
+    const pair = health && health.cluster;  // absent on a single appliance
     show("Overview",
+      pair ? h("p", {id: "pair", class: pair.role === "unknown" || !pair.peer_online ? "bad" :
+        null}, `HA pair: this node ${pair.node} is ${pair.role}` +
+        (pair.pools.length ? ` (holds ${pair.pools.join(", ")})` : "") +
+        `; peer ${pair.peer || "?"} ${pair.peer_online ? "online" : "offline"}. `,
+        h("a", {href: "#/cluster"}, "Cluster")) : null,
       table("Pools", ["Pool", "Health", "Size", "Allocated", "Full", "Fragmentation", "SLOG",
         "Datastores"], poolRows, "pools"),
       table("Datastores (I/O from the last collection)", ["Datastore", "Protocol", "Pool",
@@ -568,6 +575,73 @@
       table("Summary", ["Metric", "Value"], rows, "probe-summary"), plot);
   }
 
+  // The HA pair as pacemaker sees it from this node (docs/ha.md): both nodes, which pool
+  // each holds, fencing, this node's last takeover; an admin can move a pool.
+  function nodeState(n) {
+    if (n.unclean) return "lost, not fenced yet";
+    if (!n.online) return "offline";
+    return n.standby ? "standby" : "online";
+  }
+
+  async function clusterView() {
+    const gen = generation;
+    const c = await api("GET", "/cluster");
+    if (stale(gen)) return;
+    if (!c.configured) {
+      show("Cluster", h("p", {id: "cluster-message"}, c.message),
+        h("p", {}, "Two appliances on shared disks keep serving when one dies; " +
+          "docs/ha.md says how to make a pair."));
+      return;
+    }
+    const nodeRows = c.nodes.map(n => h("tr", {"data-node": n.name},
+      h("th", {scope: "row"}, n.name + (n.name === c.node ? " (this node)" : "")),
+      cell("state", nodeState(n)), cell("dc", n.is_dc, n.is_dc ? "yes" : "no"),
+      cell("pools", n.pools.join(","), n.pools.join(", ") || "none")));
+    const poolRows = c.pools.map(p => h("tr", {"data-pool": p.pool},
+      h("th", {scope: "row"}, p.pool), cell("node", p.node, p.node || "nowhere"),
+      cell("address", p.address, p.address || "–"), cell("group", p.group)));
+    const fenceRows = c.fencing.map(f => h("tr", {"data-target": f.target},
+      cell("action", f.action), cell("target", f.target), cell("status", f.status),
+      cell("delegate", f.delegate), cell("completed", f.completed, when(f.completed))));
+    const t = c.last_takeover;
+    const takeover = t ? table("Last takeover by this node", ["Pool", "Finished", "Fenced",
+      "Import s", "Adopt s", "Serve s", "Total s"], [h("tr", {"data-pool": t.pool},
+      h("th", {scope: "row"}, t.pool), cell("finished", t.finished, when(t.finished)),
+      cell("fenced", t.fenced, t.fenced || "none (planned)"),
+      ...["import", "adopt", "serve", "total"].map(k =>
+        cell(k, t.seconds[k], num(t.seconds[k]))))], "takeover")
+      : h("p", {id: "takeover"}, "This node has not taken a pool over.");
+    const pool = h("select", {id: "failover-pool", name: "pool"},
+      c.pools.map(p => h("option", {value: p.pool}, `${p.pool} (on ${p.node || "nowhere"})`)));
+    const holder = c.pools.length ? c.pools[0].node : "";  // offered: the other node
+    const node = h("select", {id: "failover-node", name: "node"},
+      c.nodes.map(n => h("option", {value: n.name, selected: n.name !== holder && n.online},
+        `${n.name} (${nodeState(n)})`)));
+    const form = h("form", {id: "failover", onsubmit: guard(async () => {
+      const job = await api("POST", "/cluster/failover", {pool: pool.value, node: node.value});
+      await waitJob(job, `moving ${pool.value} to ${node.value}`);
+      await route(true);
+    })}, h("h2", {}, "Move a pool (planned failover)"),
+      field("Pool", pool), field("To node", node,
+        "its exports and LUNs pause while the other node imports and serves the pool"),
+      h("button", {type: "submit"}, "Move"));
+    const said = `${c.node}: pacemaker ${c.running ? "answers" : "does not answer"}, ` +
+      `quorum ${c.quorum ? "yes" : "no"}, fencing ${c.stonith_enabled ? "on" : "off"}`;
+    show("Cluster",
+      h("p", {id: "cluster-message", class: c.running && c.stonith_enabled ? null : "bad"},
+        said + (c.message ? `. ${c.message}` : "")),
+      table("Nodes", ["Node", "State", "DC", "Pools"], nodeRows, "nodes"),
+      table("Pools of the pair", ["Pool", "On node", "Service address", "Group"], poolRows,
+        "cluster-pools"),
+      takeover,
+      table("Fencing (pacemaker's history)", ["Action", "Target", "Status", "By",
+        "Completed"], fenceRows, "fencing"),
+      ...(c.failures.length ? [h("ul", {id: "failures", class: "bad"},
+        c.failures.map(f => h("li", {}, f)))] : []),
+      ...(c.pools.length && c.running ? admin(form) : []));
+    timer = setInterval(() => { if (location.hash === "#/cluster") refresh(); }, 10000);
+  }
+
   // ---- routing -----------------------------------------------------------------------
   async function route(quiet) {
     generation += 1;
@@ -585,6 +659,7 @@
     if (view === "datastores" && arg) return datastoreView(decodeURIComponent(arg));
     if (view === "new") return newView();
     if (view === "jobs") return jobsView();
+    if (view === "cluster") return clusterView();
     if (view === "probes" && arg) return probeView(decodeURIComponent(arg));
     if (view === "probes") return probesView();
     if (view === "comparisons" && arg) return comparisonView(decodeURIComponent(arg));
