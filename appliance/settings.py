@@ -12,6 +12,7 @@ Every key has a default, so a missing file means "defaults". Example::
     max_per_token = 128           # ... by one token (429 beyond)
     create_queue_limit = 256      # datastore creates waiting their turn (503 busy beyond)
     limit_concurrency = 512       # connections uvicorn accepts at once
+    keep_alive = 75               # seconds an idle client connection stays open
     daemon_restart_after = 60     # seconds a running nfs-ganesha may not answer before a restart
     [state]
     dir = "/var/lib/zds"
@@ -100,6 +101,10 @@ class Settings:
     # Datastore creates queued for the writer (services/create_queue.py; 503 busy beyond)
     create_queue_limit: int = 256
     limit_concurrency: int = 512
+    # An idle connection stays open this long, so clients that poll (the console every
+    # 3-10 s, a tool following a job) or send a burst reuse their TLS session; uvicorn's
+    # own 5 s made each poll a new handshake, costly on a small or emulated appliance
+    keep_alive: int = 75
     # Address put into attach instructions when the request does not tell one.
     public_address: str | None = None
     firstboot_pool: str = "tank"
@@ -175,6 +180,7 @@ def load_settings(path: Path | None = None) -> Settings:
                                          base.create_queue_limit),
         limit_concurrency=_positive_int(path, api, "limit_concurrency",
                                         base.limit_concurrency),
+        keep_alive=_positive_int(path, api, "keep_alive", base.keep_alive),
         nfs_server=nfs_server,
         ganesha_exports_dir=Path(ganesha.get("exports_dir", base.ganesha_exports_dir)),
         ganesha_dbus_address=ganesha.get("dbus_address") or None,

@@ -45,6 +45,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         # connections at once: beyond, uvicorn's own plain 503 (the guard's busy, in the
         # envelope, comes first at max_in_flight requests)
         limit_concurrency=settings.limit_concurrency,
+        timeout_keep_alive=settings.keep_alive,
     )
     return 0
 
@@ -65,7 +66,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
           f"  http://{args.host}:{args.port}/docs\n  console: http://{args.host}:{args.port}/ui\n"
           f"  token: {token}", flush=True)
     uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning",
-                limit_concurrency=engine.settings.limit_concurrency)
+                limit_concurrency=engine.settings.limit_concurrency,
+                timeout_keep_alive=engine.settings.keep_alive)
     return 0
 
 

@@ -143,7 +143,8 @@ def test_local_token_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 def test_serve_bounds_the_connections_uvicorn_takes(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """uvicorn answers its own 503 beyond [api] limit_concurrency connections at once."""
+    """uvicorn answers its own 503 beyond [api] limit_concurrency connections at once,
+    and keeps an idle connection open for [api] keep_alive seconds (75 unless set)."""
     from api.cli.common import Wiring
 
     (tmp_path / "zds.toml").write_text("[api]\nlimit_concurrency = 77\n")
@@ -157,8 +158,13 @@ def test_serve_bounds_the_connections_uvicorn_takes(tmp_path: Path,
 
     rc = main(["--config", str(tmp_path / "zds.toml"), "--state-dir", str(tmp_path),
                "serve", "--no-tls"], wiring=Wiring(engine=engine))
-    assert rc == 0 and seen["limit_concurrency"] == 77
-    engines[0].close()
+    assert rc == 0 and seen["limit_concurrency"] == 77 and seen["timeout_keep_alive"] == 75
+    (tmp_path / "zds.toml").write_text("[api]\nkeep_alive = 20\n")
+    assert main(["--config", str(tmp_path / "zds.toml"), "--state-dir", str(tmp_path),
+                 "serve", "--no-tls"], wiring=Wiring(engine=engine)) == 0
+    assert seen["timeout_keep_alive"] == 20
+    for e in engines:
+        e.close()
 
 
 def test_openapi_command(capsys: pytest.CaptureFixture[str]) -> None:
