@@ -340,10 +340,9 @@ class PoolService:
                         break  # resilver over, old disk kept: health and scan say why
                 time.sleep(1.0)
                 status = zfs.pool_status(name)
-            scan = status.scan
-            health = {p.name: p.health for p in zfs.list_pools()}.get(name, "")
+            # `zpool status`'s state line is the health `zpool list` prints
             return {"pool": name, "action": action, "disk": disk, "new_disk": new_disk,
-                    "health": health, "scan": scan}
+                    "health": status.state, "scan": status.scan}
 
         return self.ctx.jobs.submit("pool.disk", name, run, long=True,
                                     message=f"{action} {disk} on {name}"
