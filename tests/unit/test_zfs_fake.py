@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from appliance.errors import Conflict, InsufficientSpace, InvalidInput, NotFound
@@ -163,11 +165,15 @@ def test_a_list_says_what_each_dataset_read_says() -> None:
     """The list computes space once for the pool: its used/available must still be what
     a read of each dataset alone answers."""
     zfs = _tree(12)
+    zfs.set_properties("tank/datastores", {"snapshot_limit": "1000"})  # ZFS counts now
+    zfs.snapshot("tank/datastores/f0", "a")
+    zfs.snapshot("tank/datastores/v1", "a")
     listed = {d.name: d for d in zfs.list_datasets("tank")}
+    assert listed["tank/datastores"].prop("snapshot_count") == "2"
     for name, info in listed.items():
         alone = zfs.get_dataset(name)
         assert alone is not None
-        for key in ("used", "available", "usedbychildren", "referenced"):
+        for key in ("used", "available", "usedbychildren", "referenced", "snapshot_count"):
             assert info.prop(key) == alone.prop(key), (name, key)
     children = [d for n, d in listed.items() if n.startswith("tank/datastores/")]
     assert listed["tank/datastores"].int_prop("used") == sum(
@@ -176,7 +182,8 @@ def test_a_list_says_what_each_dataset_read_says() -> None:
 
 def test_a_list_costs_linear_work_in_the_datasets(monkeypatch: pytest.MonkeyPatch) -> None:
     """FakeZfs answers lists of 1,000 datastores in the scale tests: each dataset's
-    space figures must not be summed over every other dataset (N squared)."""
+    space figures and snapshot count must not be summed over every other dataset (N
+    squared)."""
     charges = 0
     real = FakeZfs._charge
 
@@ -186,10 +193,24 @@ def test_a_list_costs_linear_work_in_the_datasets(monkeypatch: pytest.MonkeyPatc
         return real(ds)  # type: ignore[arg-type]
 
     monkeypatch.setattr(FakeZfs, "_charge", staticmethod(counted))
+    class Walks(dict[str, object]):
+        """A pool's datasets that count how often something walks all of them."""
+
+        walks = 0
+
+        def items(self) -> Any:
+            Walks.walks += 1
+            return super().items()
+
     costs = []
     for n in (100, 400):
         zfs = _tree(n)
-        charges = 0
+        zfs.set_properties("tank/datastores", {"snapshot_limit": "10000"})  # counted now
+        pool = zfs._pools["tank"]
+        pool.datasets = Walks(pool.datasets)  # type: ignore[assignment]
+        charges, Walks.walks = 0, 0
         zfs.list_datasets("tank")
         costs.append(charges)
+        # the snapshot counts too: one walk for the whole list, not one per dataset
+        assert Walks.walks <= 2, Walks.walks
     assert costs[1] < 5 * costs[0], costs  # 4x the datasets: about 4x the work, not 16x

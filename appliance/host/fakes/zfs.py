@@ -169,6 +169,14 @@ class _Pool:
     states: dict[str, str] = field(default_factory=dict)  # device -> state, if not ONLINE
 
 
+@dataclass
+class _Tally:
+    """Per dataset, with its descendants: what it uses, and its snapshots."""
+
+    used: dict[str, int] = field(default_factory=dict)
+    snapshots: dict[str, int] = field(default_factory=dict)
+
+
 def _device_usable(size: int) -> int:
     """What a device gives to datasets: less its labels and boot area (4.5 MiB) and
     about 1/64 for metadata, so free space, like ZFS's, is never a round number."""
@@ -330,19 +338,21 @@ class FakeZfs:
     def _used(self, pool: _Pool, ds: _Ds) -> int:
         return self._charge(ds) + sum(self._charge(c) for c in self._children(pool, ds.name))
 
-    def _usage(self, pool: _Pool) -> dict[str, int]:
+    def _usage(self, pool: _Pool) -> _Tally:
         """Every dataset's ``used`` (its charge and its descendants'), and the pool's
-        under its name, in one pass: listing N datasets costs N times their depth, not
-        N squared as asking :meth:`_used` and :meth:`_pool_used` for each would."""
-        used: dict[str, int] = {}
+        under its name, and the snapshots at and below each, in one pass: listing N
+        datasets costs N times their depth, not N squared as asking :meth:`_used`,
+        :meth:`_pool_used` and :meth:`_snapshot_count` for each would."""
+        tally = _Tally()
         for name, ds in pool.datasets.items():
-            charge = self._charge(ds)
+            charge, snaps = self._charge(ds), len(ds.snaps)
             while True:
-                used[name] = used.get(name, 0) + charge
+                tally.used[name] = tally.used.get(name, 0) + charge
+                tally.snapshots[name] = tally.snapshots.get(name, 0) + snaps
                 if "/" not in name:
                     break
                 name = name.rsplit("/", 1)[0]
-        return used
+        return tally
 
     def _effective(self, pool: _Pool, ds: _Ds, key: str) -> tuple[str, str]:
         """(value, source) of an inheritable native property."""
@@ -793,14 +803,14 @@ class FakeZfs:
         return {n: len(ds.snaps) for n, ds in pool.datasets.items()
                 if (n == root or n.startswith(root + "/")) and ds.snaps}
 
-    def _info(self, pool: _Pool, ds: _Ds, usage: dict[str, int] | None = None) -> DatasetInfo:
+    def _info(self, pool: _Pool, ds: _Ds, usage: _Tally | None = None) -> DatasetInfo:
         """``zfs get`` of one dataset; ``usage``: :meth:`_usage` of its pool, when a list
         made it once for every dataset."""
         if usage is None:
             avail, used = self._pool_avail(pool), self._used(pool, ds)
         else:
-            avail = max(0, pool.dspace - _slop(pool.dspace) - usage.get(pool.name, 0))
-            used = usage[ds.name]
+            avail = max(0, pool.dspace - _slop(pool.dspace) - usage.used.get(pool.name, 0))
+            used = usage.used[ds.name]
         refres = self._refres(ds)
         if ds.type == "volume":
             avail += max(0, refres - ds.data)
@@ -850,12 +860,12 @@ class FakeZfs:
                 "volblocksize": ds.local.get("volblocksize", str(DEFAULT_VOLBLOCKSIZE)),
             })
         props["snapshot_limit"] = ds.local.get("snapshot_limit", "none")
-        props["snapshot_count"] = self._snapshot_count(pool, ds)
+        props["snapshot_count"] = self._snapshot_count(pool, ds, usage)
         props.update(ds.user)
         return DatasetInfo(name=ds.name, type=ds.type, properties=props)
 
     @staticmethod
-    def _snapshot_count(pool: _Pool, ds: _Ds) -> str:
+    def _snapshot_count(pool: _Pool, ds: _Ds, usage: _Tally | None = None) -> str:
         """ZFS counts the snapshots at and below a dataset only once a ``snapshot_limit``
         has been set on it or above it (then it keeps counting); "none" before."""
         parts = ds.name.split("/")
@@ -863,6 +873,8 @@ class FakeZfs:
         if not any(pool.datasets[a].local.get("snapshot_limit", "none") != "none"
                    for a in above if a in pool.datasets):
             return "none"
+        if usage is not None:
+            return str(usage.snapshots[ds.name])
         return str(sum(len(d.snaps) for n, d in pool.datasets.items()
                        if n == ds.name or n.startswith(ds.name + "/")))
 
