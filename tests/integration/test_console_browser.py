@@ -387,7 +387,8 @@ def test_a_single_appliance_says_it_is_not_in_a_pair(served: Served) -> None:
     s = served
     with browser.chromium() as d:
         browser.login(d, s.base, s.admin)
-        assert not css(d, "#pair")  # the overview has no pair line
+        assert not css(d, "#pair")  # the overview has no pair line...
+        assert "null" not in css(d, "main")[0].text  # ...and no trace of a missing one
         d.get(s.base + "/ui#/cluster")
         said = wait_for(lambda: css(d, "#cluster-message"), what="the cluster page")[0].text
         assert "not in an HA pair" in said

@@ -114,7 +114,9 @@
   function show(title, ...content) {
     clearInterval(timer);
     edited = false;
-    main.replaceChildren(h("h1", {}, title), ...content);
+    // replaceChildren would print a null as the text "null": absent parts are skipped
+    main.replaceChildren(h("h1", {}, title), ...content.filter(c => c !== null &&
+      c !== undefined && c !== false));
     if (main.dataset.title !== title) main.focus();  // a refresh keeps the reader's place
     main.dataset.title = title;
   }
@@ -206,11 +208,11 @@
     if (stale(gen)) return;
     const pair = health && health.cluster;  // absent on a single appliance
     show("Overview",
-      pair ? h("p", {id: "pair", class: pair.role === "unknown" || !pair.peer_online ? "bad" :
-        null}, `HA pair: this node ${pair.node} is ${pair.role}` +
+      ...(pair ? [h("p", {id: "pair", class: pair.role === "unknown" || !pair.peer_online ?
+        "bad" : null}, `HA pair: this node ${pair.node} is ${pair.role}` +
         (pair.pools.length ? ` (holds ${pair.pools.join(", ")})` : "") +
         `; peer ${pair.peer || "?"} ${pair.peer_online ? "online" : "offline"}. `,
-        h("a", {href: "#/cluster"}, "Cluster")) : null,
+        h("a", {href: "#/cluster"}, "Cluster"))] : []),
       table("Pools", ["Pool", "Health", "Size", "Allocated", "Full", "Fragmentation", "SLOG",
         "Datastores"], poolRows, "pools"),
       table("Datastores (I/O from the last collection)", ["Datastore", "Protocol", "Pool",
