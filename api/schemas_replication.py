@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api import convert
 from api import schemas as s
 from api.fields import (
     BandwidthLimit,
@@ -21,7 +22,6 @@ from api.fields import (
     UnixUser,
 )
 from appliance.host.ssh import AuthorizedKey
-from appliance.model import ChapSettings
 from appliance.replication.views import (
     CheckView,
     Identity,
@@ -251,10 +251,7 @@ def request(body: ReplicationPut) -> ReplicationRequest:
 
 
 def promote_request(body: PromoteBody) -> PromoteRequest:
-    chap = None
-    if body.iscsi is not None and body.iscsi.chap is not None:
-        c = body.iscsi.chap
-        chap = ChapSettings(c.user, c.secret, c.mutual_user, c.mutual_secret)
+    chap = convert.chap_request(body.iscsi.chap if body.iscsi is not None else None)
     return PromoteRequest(
         name=body.name, identity=body.identity, nfs_path=body.nfs_path,
         nfs_clients=[c.model_dump() for c in body.nfs.clients] if body.nfs else None,
