@@ -169,6 +169,11 @@ class _Pool:
     states: dict[str, str] = field(default_factory=dict)  # device -> state, if not ONLINE
 
 
+def _free(pool: _Pool, used: int) -> int:
+    """What datasets may still use: usable space, less the slop and what is ``used``."""
+    return max(0, pool.dspace - _slop(pool.dspace) - used)
+
+
 @dataclass
 class _Tally:
     """Per dataset, with its descendants: what it uses, and its snapshots."""
@@ -333,7 +338,7 @@ class FakeZfs:
         return sum(self._charge(d) for d in pool.datasets.values())
 
     def _pool_avail(self, pool: _Pool) -> int:
-        return max(0, pool.dspace - _slop(pool.dspace) - self._pool_used(pool))
+        return _free(pool, self._pool_used(pool))
 
     def _used(self, pool: _Pool, ds: _Ds) -> int:
         return self._charge(ds) + sum(self._charge(c) for c in self._children(pool, ds.name))
@@ -805,12 +810,10 @@ class FakeZfs:
 
     def _info(self, pool: _Pool, ds: _Ds, usage: _Tally | None = None) -> DatasetInfo:
         """``zfs get`` of one dataset; ``usage``: :meth:`_usage` of its pool, when a list
-        made it once for every dataset."""
-        if usage is None:
-            avail, used = self._pool_avail(pool), self._used(pool, ds)
-        else:
-            avail = max(0, pool.dspace - _slop(pool.dspace) - usage.used.get(pool.name, 0))
-            used = usage.used[ds.name]
+        made it once for every dataset (one dataset alone makes its own)."""
+        usage = usage or self._usage(pool)
+        avail = _free(pool, usage.used.get(pool.name, 0))
+        used = usage.used[ds.name]
         refres = self._refres(ds)
         if ds.type == "volume":
             avail += max(0, refres - ds.data)
@@ -865,7 +868,7 @@ class FakeZfs:
         return DatasetInfo(name=ds.name, type=ds.type, properties=props)
 
     @staticmethod
-    def _snapshot_count(pool: _Pool, ds: _Ds, usage: _Tally | None = None) -> str:
+    def _snapshot_count(pool: _Pool, ds: _Ds, usage: _Tally) -> str:
         """ZFS counts the snapshots at and below a dataset only once a ``snapshot_limit``
         has been set on it or above it (then it keeps counting); "none" before."""
         parts = ds.name.split("/")
@@ -873,10 +876,7 @@ class FakeZfs:
         if not any(pool.datasets[a].local.get("snapshot_limit", "none") != "none"
                    for a in above if a in pool.datasets):
             return "none"
-        if usage is not None:
-            return str(usage.snapshots[ds.name])
-        return str(sum(len(d.snaps) for n, d in pool.datasets.items()
-                       if n == ds.name or n.startswith(ds.name + "/")))
+        return str(usage.snapshots[ds.name])
 
     def _snap_info(self, pool: _Pool, ds: _Ds, s: _Snap) -> DatasetInfo:
         props = {
