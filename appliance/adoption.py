@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from appliance.context import Context
+from appliance.errors import ZdsError
 from appliance.host.zfs import DatasetInfo
 from appliance.model import (
     DATASTORE_PARENT,
@@ -59,9 +60,15 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
                 # every initiator. Left unadopted; drift reports it.
                 log.error("not adopting %s: its IQN or serial is in use here", ds.name)
                 continue
+            transport = ctx.transports.of(rec.spec.protocol)
             if rec.export_id is not None and rec.export_id in export_ids:
-                new_id = ctx.store.next_export_id()
-                log.warning("adopting %s: export id %d is taken here, now %d",
+                try:
+                    new_id = transport.new_identity(rec.spec).export_id
+                except ZdsError as exc:
+                    log.error("not adopting %s: export id %d is taken here and no other "
+                              "can be given: %s", ds.name, rec.export_id, exc.message)
+                    continue
+                log.warning("adopting %s: export id %d is taken here, now %s",
                             ds.name, rec.export_id, new_id)
                 rec = replace(rec, export_id=new_id)
                 ctx.zfs.set_properties(ds.name, {"zds:export_id": str(new_id)})
@@ -70,8 +77,8 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             except Exception as exc:  # one bad dataset must not stop the others
                 log.error("cannot adopt %s: %s", ds.name, exc)
                 continue
+            transport.adopted(rec)
             if rec.export_id is not None:
-                ctx.store.reserve_export_id(rec.export_id)
                 export_ids.add(rec.export_id)
             if rec.iqn:
                 iqns.add(rec.iqn)

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from appliance.errors import Unavailable
 from appliance.model import DatastoreRecord, DatastoreSpec, InitiatorGroup
 
 SCHEMA = """
@@ -70,6 +71,16 @@ CREATE TABLE IF NOT EXISTS facts (
 """
 
 FIRST_EXPORT_ID = 100  # ids below are ganesha's own (0 = pseudo root) or the admin's
+# ganesha's Export_Id is a DBus uint16; the probes' scratch exports use 65500 and up, and
+# four blocks of 16,000 (appliance/transports/nfs.py, export_block) end below them
+LAST_EXPORT_ID = 64099
+
+
+def _export_counter(first: int) -> str:
+    """The counters row of the export id block starting at ``first``: the whole range
+    (and an HA pair's first node, whose block starts there too) keeps the name it had
+    before blocks, so an appliance made a pair counts on from where it was."""
+    return "export_id" if first == FIRST_EXPORT_ID else f"export_id:{first}"
 
 
 class Store:
@@ -154,26 +165,41 @@ class Store:
         with self.connect() as db:
             db.execute("DELETE FROM datastores WHERE name=?", (name,))
 
-    def next_export_id(self) -> int:
-        """A never-reused ganesha Export_Id."""
+    def next_export_id(self, first: int = FIRST_EXPORT_ID,
+                       last: int = LAST_EXPORT_ID) -> int:
+        """A never-reused ganesha Export_Id in ``first``..``last`` (this node's block in
+        an HA pair: appliance/transports/nfs.py, ``export_block``); Unavailable when
+        the block is used up. Each block keeps its own counter."""
+        key = _export_counter(first)
         with self.connect() as db:
-            row = db.execute("SELECT value FROM counters WHERE name='export_id'").fetchone()
-            used = db.execute("SELECT MAX(export_id) FROM datastores").fetchone()[0] or 0
-            value = max(row["value"] if row else FIRST_EXPORT_ID - 1, used) + 1
+            row = db.execute("SELECT value FROM counters WHERE name=?", (key,)).fetchone()
+            used = db.execute("SELECT MAX(export_id) FROM datastores WHERE export_id "
+                              "BETWEEN ? AND ?", (first, last)).fetchone()[0] or 0
+            counter = row["value"] if row and first <= row["value"] <= last else first - 1
+            value = max(counter, used) + 1
+            if value > last:
+                raise Unavailable(f"no NFS export id is left in {first}..{last}, this "
+                                  "appliance's block of ganesha Export_Ids (docs/ha.md, "
+                                  "\"Export ids in a pair\")")
             db.execute(
-                "INSERT INTO counters(name, value) VALUES ('export_id', ?) "
+                "INSERT INTO counters(name, value) VALUES (?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET value=excluded.value",
-                (value,),
+                (key, value),
             )
         return int(value)
 
-    def reserve_export_id(self, export_id: int) -> None:
-        """Keep the counter above an id adopted from a pool's zds:* properties."""
+    def reserve_export_id(self, export_id: int, first: int = FIRST_EXPORT_ID,
+                          last: int = LAST_EXPORT_ID) -> None:
+        """Keep the counter of the block ``first``..``last`` above an id adopted from a
+        pool's zds:* properties; an id outside the block (the HA peer's) is not ours
+        to count."""
+        if not first <= export_id <= last:
+            return
         with self.connect() as db:
             db.execute(
-                "INSERT INTO counters(name, value) VALUES ('export_id', ?) "
+                "INSERT INTO counters(name, value) VALUES (?, ?) "
                 "ON CONFLICT(name) DO UPDATE SET value=MAX(value, excluded.value)",
-                (export_id,),
+                (_export_counter(first), export_id),
             )
 
     # --- initiator groups -----------------------------------------------------------

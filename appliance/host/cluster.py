@@ -94,6 +94,7 @@ serves is read from the configuration (``cibadmin --query --scope resources``)::
 from __future__ import annotations
 
 import calendar
+import re
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, replace
@@ -198,6 +199,11 @@ class ClusterHost(Protocol):
         """Nodes, resources, fencing history and the pools' groups; ``running`` False
         (with ``error``) when pacemaker does not answer. Three commands."""
 
+    def node_id(self) -> int | None:
+        """This node's corosync ``nodeid`` (None: not in a pair, or the local node's
+        name is not known yet). Read once, then remembered: it never changes while the
+        API runs."""
+
     def move(self, resource: str, node: str) -> None:
         """Asks pacemaker to run ``resource`` (a group) on ``node``: a location
         preference it keeps until :meth:`clear`. Unknown resource or node: NotFound."""
@@ -286,6 +292,38 @@ def parse_crm_mon(xml: str) -> ClusterState:
         nodes=nodes, resources=tuple(resources), failures=failures)
 
 
+_NODE_BLOCK = re.compile(r"\bnode\s*\{([^{}]*)\}")
+_KEY_VALUE = re.compile(r"^\s*([A-Za-z0-9_]+)\s*:\s*(\S+)\s*$", re.MULTILINE)
+
+
+def parse_corosync_nodes(text: str) -> dict[str, int]:
+    """Node name -> nodeid from corosync.conf's nodelist, as the ha role writes it::
+
+        nodelist {
+            node {
+                name: ha-a
+                nodeid: 1
+                ring0_addr: 10.77.0.11
+            }
+            node {
+                name: ha-b
+                nodeid: 2
+                ring0_addr: 10.77.0.12
+            }
+        }
+
+    Comments (``#`` to the end of a line) are ignored; a node without a name or a
+    numeric nodeid is left out."""
+    text = re.sub(r"#[^\n]*", "", text)
+    nodes: dict[str, int] = {}
+    for block in _NODE_BLOCK.findall(text):
+        keys = dict(_KEY_VALUE.findall(block))
+        name, nodeid = keys.get("name", ""), keys.get("nodeid", "")
+        if name and nodeid.isdigit():
+            nodes[name] = int(nodeid)
+    return nodes
+
+
 def parse_pool_groups(xml: str) -> tuple[PoolGroup, ...]:
     """The ``ocf:zds:pool`` primitives of ``cibadmin --query --scope resources`` (the
     module's sample): the pool each serves, its group and the group's IPaddr2 address."""
@@ -325,9 +363,20 @@ class Pacemaker:
         self.runner = runner
         self.corosync_conf = corosync_conf
         self._local = ""
+        self._node_id: int | None = None
 
     def configured(self) -> bool:
         return self.corosync_conf.exists()
+
+    def node_id(self) -> int | None:
+        if self._node_id is None and self.configured():
+            name = self._local_name()
+            try:
+                nodes = parse_corosync_nodes(self.corosync_conf.read_text())
+            except OSError:
+                return None
+            self._node_id = nodes.get(name) if name else None
+        return self._node_id
 
     def _local_name(self) -> str:
         if not self._local:

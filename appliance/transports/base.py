@@ -158,6 +158,10 @@ class Transport(ABC, Generic[DesiredT, LiveT]):
     def new_identity(self, spec: DatastoreSpec) -> Identity:
         """The identities a new datastore gets (allocated now, never reused)."""
 
+    def adopted(self, rec: DatastoreRecord) -> None:
+        """``rec`` was adopted from its pool's ``zds:*`` properties with the identities
+        it carries: keep the allocator of :meth:`new_identity` from handing them out."""
+
     @abstractmethod
     def check(self, spec: DatastoreSpec) -> None:
         """The object ``spec`` will become, checked by the adapter's own rules, so

@@ -20,6 +20,7 @@ from xml.sax.saxutils import escape, quoteattr
 from appliance.actions import Action, ReconcileReport
 from appliance.attach import AttachInstructions, shell_quote, virsh_commands
 from appliance.errors import Conflict, Unavailable, ZdsError
+from appliance.host.cluster import ClusterHost
 from appliance.host.factory import HostAdapters, ProbeHosts
 from appliance.host.ganesha_config import MIN_EXPORT_ID, ClientRule, ExportSpec
 from appliance.host.ganesha_config import check_spec as check_export
@@ -31,7 +32,7 @@ from appliance.host.zfs import DatasetInfo
 from appliance.metrics.counters import BlockReading, Source, nfs_values
 from appliance.model import PROBE_SCRATCH_PARENT, DatastoreRecord, DatastoreSpec
 from appliance.settings import Settings
-from appliance.store import Store
+from appliance.store import FIRST_EXPORT_ID, LAST_EXPORT_ID, Store
 from appliance.transports.base import (
     LOOKUP_LIMIT,
     Identity,
@@ -45,6 +46,21 @@ from appliance.transports.storage import FILESYSTEM
 # Export ids of the performance probes' temporary scratch exports (appliance/probes):
 # not datastores, so the reconciler leaves them alone.
 PROBE_EXPORT_IDS = range(65500, 65510)
+# The Export_Ids a node hands out: one block per corosync nodeid (1..4, the ha role
+# numbers a pair 1 and 2), so the two nodes of an HA pair never give one id to datastores
+# of two pools. A pool taken over then keeps its ids, and with them its NFSv3 clients'
+# file handles, instead of being renumbered at adoption. A single appliance uses them all.
+EXPORT_BLOCKS = 4
+EXPORT_BLOCK = (LAST_EXPORT_ID - FIRST_EXPORT_ID + 1) // EXPORT_BLOCKS
+
+
+def export_block(node_id: int | None) -> tuple[int, int]:
+    """The first and last Export_Id a node may hand out: its corosync ``node_id``'s block
+    in a pair, everything for a single appliance (None)."""
+    if node_id is None:
+        return FIRST_EXPORT_ID, FIRST_EXPORT_ID + EXPORT_BLOCKS * EXPORT_BLOCK - 1
+    first = FIRST_EXPORT_ID + (node_id - 1) % EXPORT_BLOCKS * EXPORT_BLOCK
+    return first, first + EXPORT_BLOCK - 1
 # The NFS version each protocol is exported with (one per path: never both to ESXi).
 NFS_VERSIONS: Mapping[str, int] = {"nfs3": 3, "nfs41": 4}
 NFS_PORT = 2049
@@ -132,14 +148,30 @@ class NfsTransport(Transport[ExportSpec, NfsLive]):
                      "name (esxcli storage nfs add, or the libvirt pool XML below); ESXi "
                      "then re-registers the VMs from the datastore browser.",)
 
-    def __init__(self, server: GaneshaHost, store: Store, server_name: str = "ganesha") -> None:
+    def __init__(self, server: GaneshaHost, store: Store, server_name: str = "ganesha",
+                 cluster: ClusterHost | None = None) -> None:
         self.server = server
         self.store = store
         self.server_name = server_name  # [nfs] server: ganesha | knfsd
+        self.cluster = cluster  # in an HA pair: which block of export ids is ours
 
     @classmethod
     def build(cls, settings: Settings, hosts: HostAdapters, store: Store) -> NfsTransport:
-        return cls(hosts.ganesha, store, settings.nfs_server)
+        return cls(hosts.ganesha, store, settings.nfs_server, hosts.cluster)
+
+    def export_ids(self) -> tuple[int, int]:
+        """This node's block of Export_Ids (see :func:`export_block`). Unavailable in a
+        pair whose local node pacemaker cannot name yet: an id from the wrong block
+        could be the peer's."""
+        if self.cluster is None or not self.cluster.configured():
+            return export_block(None)
+        node_id = self.cluster.node_id()
+        if node_id is None:
+            raise Unavailable("this node's corosync nodeid is not known (crm_node --name "
+                              "did not answer, or corosync.conf does not list this node): "
+                              "its block of NFS export ids cannot be chosen; nothing was "
+                              "changed, retry when pacemaker runs")
+        return export_block(node_id)
 
     # --- health -----------------------------------------------------------------------
 
@@ -168,7 +200,12 @@ class NfsTransport(Transport[ExportSpec, NfsLive]):
                                 for c in spec.nfs_clients]}
 
     def new_identity(self, spec: DatastoreSpec) -> Identity:
-        return Identity(export_id=self.store.next_export_id())
+        return Identity(export_id=self.store.next_export_id(*self.export_ids()))
+
+    def adopted(self, rec: DatastoreRecord) -> None:
+        if rec.export_id is not None:
+            with contextlib.suppress(Unavailable):  # no block known: nothing to count in
+                self.store.reserve_export_id(rec.export_id, *self.export_ids())
 
     def check(self, spec: DatastoreSpec) -> None:
         probe = DatastoreRecord(spec, "creating", export_id=MIN_EXPORT_ID)
@@ -342,7 +379,7 @@ class NfsTransport(Transport[ExportSpec, NfsLive]):
                          records: Sequence[DatastoreRecord], name: str
                          ) -> tuple[Identity, list[str]]:
         """A new export id: ids are this appliance's (the path is what clients mount)."""
-        return Identity(export_id=self.store.next_export_id()), []
+        return Identity(export_id=self.store.next_export_id(*self.export_ids())), []
 
 
 def nfs_instructions(rec: DatastoreRecord, server: str, path: str,

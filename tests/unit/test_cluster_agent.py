@@ -30,6 +30,7 @@ from appliance.host.fakes.nvmet import FakeNvmet
 from appliance.host.local import FakeLocalHost
 from appliance.services.cluster import TAKEN_FACT
 from appliance.settings import Settings
+from appliance.transports import nfs
 
 ESX = "iqn.1998-01.com.vmware:esx01-1a2b3c4d"
 POOL = "tank"
@@ -418,3 +419,53 @@ def test_the_watcher_reads_pacemaker_at_most_every_watch_interval(pair: Pair) ->
     assert pair.cluster_a.calls == before + 1
     pair.a.engine.watcher.check()  # the health tick calls it too
     assert pair.cluster_a.calls == before + 1
+
+
+# ------------------------------------------------------------------- export ids in a pair
+
+
+def test_each_node_hands_out_export_ids_from_its_own_block(pair: Pair) -> None:
+    """Active/active: each node creates NFS datastores on the pools it holds. Ids from one
+    counter per node collided (both started at 100), so a pool taken over was renumbered
+    at adoption and its NFS clients saw ESTALE. Each node has a block by its nodeid."""
+    a, b = pair.a, pair.b
+    first_a, last_a = nfs.export_block(1)
+    first_b, last_b = nfs.export_block(2)
+    assert last_a < first_b  # disjoint, so no id is ever given twice across the pair
+    serve_two(a)
+    id_a = identities(a)["nfs1"][0]
+    assert first_a <= id_a <= last_a
+
+    assert run_agent(a, "stop")[0] == agent.OCF_SUCCESS
+    pair.hold(POOL, "ha-b")
+    b.engine.cluster.refresh()
+    assert run_agent(b, "start")[0] == agent.OCF_SUCCESS
+    assert identities(b)["nfs1"][0] == id_a  # adopted as it was
+    r = b.put("nfs2", {"protocol": "nfs3", "size": "10G", "pool": POOL,
+                       "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    assert r.status_code == 201, r.text
+    id_b = identities(b)["nfs2"][0]
+    assert first_b <= id_b <= last_b  # ha-b's block, not the id after ha-a's
+
+    assert run_agent(b, "stop")[0] == agent.OCF_SUCCESS
+    pair.hold(POOL, "ha-a")
+    a.engine.cluster.refresh()
+    assert run_agent(a, "start")[0] == agent.OCF_SUCCESS
+    assert {n: i[0] for n, i in identities(a).items()} == \
+        {"nfs1": id_a, "lun1": None, "nfs2": id_b}  # both kept: no renumbering
+    assert sorted(e.export_id for e in a.hosts.ganesha.list_exports()) == [id_a, id_b]
+    r = a.put("nfs3", {"protocol": "nfs3", "size": "10G", "pool": POOL,
+                       "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    assert r.status_code == 201, r.text
+    # ha-a counts on in its own block: ha-b's adopted id did not move its counter
+    assert identities(a)["nfs3"][0] == id_a + 1
+
+
+def test_a_node_whose_nodeid_is_unknown_creates_no_nfs_datastore(pair: Pair) -> None:
+    pair.cluster_a.node_ids.clear()  # corosync.conf does not name this node
+    r = pair.a.put("nfs1", {"protocol": "nfs3", "size": "10G", "pool": POOL,
+                            "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    assert r.status_code == 503, r.text
+    assert "corosync nodeid" in r.json()["error"]["message"], r.text
+    assert pair.a.engine.store.list_datastores() == []
+    assert pair.a.hosts.ganesha.list_exports() == []

@@ -14,6 +14,7 @@ from appliance.errors import HostCommandFailed, NotFound
 from appliance.host.cluster import (
     Pacemaker,
     parse_completed,
+    parse_corosync_nodes,
     parse_crm_mon,
     parse_fence_history,
     parse_pool_groups,
@@ -109,6 +110,32 @@ def test_not_in_a_pair_runs_nothing(tmp_path: Path) -> None:
     assert not host.configured()
     s = host.state()
     assert not s.running and r.calls == []
+    assert host.node_id() is None and r.calls == []
+
+
+def test_corosync_nodes_from_the_ha_roles_own_template() -> None:
+    from tests.e2e import habed
+
+    conf = habed.corosync_conf()
+    assert parse_corosync_nodes(conf) == {n.name: n.nodeid for n in habed.NODES}
+    assert parse_corosync_nodes("# node { name: x nodeid: 9 }\nnodelist {\n node {\n"
+                                "  name: a # the first\n  nodeid: 7\n }\n node {\n"
+                                "  name: b\n }\n}\n") == {"a": 7}  # b has no nodeid
+
+
+def test_node_id_is_the_local_nodes_in_corosync_conf_asked_once(tmp_path: Path) -> None:
+    from tests.e2e import habed
+
+    conf = tmp_path / "corosync.conf"
+    conf.write_text(habed.corosync_conf())
+    r = runner_with_pair()  # crm_node --name: ha-b
+    host = Pacemaker(r, corosync_conf=conf)
+    want = {n.name: n.nodeid for n in habed.NODES}["ha-b"]
+    assert host.node_id() == want and host.node_id() == want
+    assert r.calls == [("crm_node", "--name")]
+    stranger = RecordingRunner()
+    stranger.on(["crm_node", "--name"], "ha-z\n")  # not in the nodelist
+    assert Pacemaker(stranger, corosync_conf=conf).node_id() is None
 
 
 def test_stack_down_is_not_running(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ def check_cluster(host: ClusterHost, pool: str) -> None:
     state = host.state()
     assert state.running, state.error
     assert state.local and state.node(state.local) is not None, state
+    # corosync.conf's nodeid for this node: its block of NFS export ids
+    assert (node_id := host.node_id()) is not None and node_id >= 1, node_id
     assert state.quorum and state.dc, state
     assert len(state.nodes) == 2 and all(n.online for n in state.nodes), state.nodes
     group = state.group_of(pool)

@@ -37,12 +37,15 @@ class FakeCluster:
     # what pacemaker does on a move: (group, from node, to node); default: nothing more
     on_move: Callable[[str, str, str], None] | None = None
     calls: int = 0  # state() reads, for tests that count host calls
+    node_ids: dict[str, int] = field(default_factory=dict)  # name -> corosync nodeid
 
     @classmethod
     def pair(cls, local: str, peer: str, pools: dict[str, str] | None = None,
              address: str = "192.0.2.50") -> FakeCluster:
         """``local`` and ``peer`` online; ``pools``: pool -> the node holding it."""
-        fake = cls(local=local, nodes={local: True, peer: True})
+        # nodeids by name, as one corosync.conf gives them to both nodes' views
+        fake = cls(local=local, nodes={local: True, peer: True},
+                   node_ids={n: i for i, n in enumerate(sorted((local, peer)), 1)})
         for pool, node in (pools or {}).items():
             fake.add_pool(pool, node, address)
         return fake
@@ -55,6 +58,9 @@ class FakeCluster:
 
     def configured(self) -> bool:
         return bool(self.local)
+
+    def node_id(self) -> int | None:
+        return self.node_ids.get(self.local) if self.configured() else None
 
     def state(self) -> ClusterState:
         self.calls += 1
