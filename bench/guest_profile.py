@@ -8,7 +8,8 @@ each count with ``--profile``; by hand::
 It builds a second engine on the same state (reads only: no lock, no jobs, no start-up)
 beside the running API, times each read once warm (the split) and once more under
 cProfile (the top functions), and prints one JSON object. The list is timed twice: as
-it answers (from the kept ZFS read, which the warm-up call made) and reading ZFS.
+it answers (from the kept ZFS read, which the warm-up call made) and reading ZFS; then
+what the API does with the list's views before HTTP (its models and their JSON).
 """
 
 from __future__ import annotations
@@ -96,8 +97,19 @@ def main() -> None:
         finally:
             kept.interval = interval
 
+    from pydantic import TypeAdapter
+
+    from api import convert, schemas
+
+    views = engine.datastores.list()
+    answer = TypeAdapter(list[schemas.DatastoreOut])
+
+    def models_and_json() -> bytes:  # what GET /datastores does after the engine
+        return answer.dump_json([convert.datastore_out(v) for v in views])
+
     out = [profile("list", engine.datastores.list), profile("list (ZFS read)", cold),
-           profile("drift", engine.system.drift)]
+           profile("drift", engine.system.drift),
+           profile("the API's models and JSON of the list", models_and_json)]
     print(json.dumps(out))
 
 
