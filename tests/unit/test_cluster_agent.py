@@ -28,9 +28,11 @@ from appliance.host.fakes.ganesha import FakeGanesha
 from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.nvmet import FakeNvmet
 from appliance.host.local import FakeLocalHost
+from appliance.host.zfs import PoolLayout, VdevSpec
 from appliance.services.cluster import TAKEN_FACT
 from appliance.settings import Settings
 from appliance.transports import nfs
+from appliance.transports.storage import ROOT_FS_PROPERTIES
 
 ESX = "iqn.1998-01.com.vmware:esx01-1a2b3c4d"
 POOL = "tank"
@@ -469,3 +471,37 @@ def test_a_node_whose_nodeid_is_unknown_creates_no_nfs_datastore(pair: Pair) -> 
     assert "corosync nodeid" in r.json()["error"]["message"], r.text
     assert pair.a.engine.store.list_datastores() == []
     assert pair.a.hosts.ganesha.list_exports() == []
+
+
+def test_active_active_a_pool_taken_over_keeps_its_export_ids(pair: Pair) -> None:
+    """A pool on each node, an NFS datastore made on each by the node holding it; then
+    ha-a stops (as when it dies) and ha-b takes tank too. Both datastores keep their
+    Export_Ids: with one counter per node both had been 100, and adoption renumbered
+    tank's export (ESTALE for its clients)."""
+    a, b = pair.a, pair.b
+    zfs = a.hosts.zfs
+    zfs.add_disk("/dev/disk/by-id/shared-2", 100 << 30)
+    zfs.create_pool("tank2", PoolLayout((VdevSpec("disk", ("/dev/disk/by-id/shared-2",)),)),
+                    {}, ROOT_FS_PROPERTIES)
+    zfs.export_pool("tank2")
+    for c in (pair.cluster_a, pair.cluster_b):
+        c.add_pool("tank2", "ha-b", "10.96.0.51")
+    for n in (a, b):
+        n.engine.cluster.refresh()
+    assert run_agent(b, "start", pool="tank2")[0] == agent.OCF_SUCCESS
+    nfs_body = {"protocol": "nfs3", "size": "10G",
+                "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}
+    assert a.put("on-a", {**nfs_body, "pool": POOL}).status_code == 201
+    assert b.put("on-b", {**nfs_body, "pool": "tank2"}).status_code == 201
+    id_a, id_b = identities(a)["on-a"][0], identities(b)["on-b"][0]
+    assert id_a != id_b
+
+    assert run_agent(a, "stop")[0] == agent.OCF_SUCCESS
+    pair.hold(POOL, "ha-b")
+    b.engine.cluster.refresh()
+    rc, lines = run_agent(b, "start")
+    assert rc == agent.OCF_SUCCESS, lines
+    assert {n: i[0] for n, i in identities(b).items()} == {"on-a": id_a, "on-b": id_b}
+    assert zfs.get_dataset("tank/datastores/on-a", ("zds:export_id",)).prop(  # type: ignore[union-attr]
+        "zds:export_id") == str(id_a)  # the pool's own record unchanged too
+    assert sorted(e.export_id for e in b.hosts.ganesha.list_exports()) == sorted((id_a, id_b))
