@@ -10,7 +10,7 @@ import pytest
 
 from appliance.demo import demo_engine
 from bench.storm import Storm
-from tests.unit.test_cluster_cli import serve
+from tests.unit.http_server import serve
 
 
 class StubVm:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,34 +10,18 @@ from typing import Any
 import pytest
 import uvicorn
 
-from api.app import create_app
 from api.cli import main
 from appliance.demo import demo_engine
 from appliance.engine import Engine
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.unit.http_server import serve
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, str, Engine]]:
     engine = demo_engine(tmp_path)
     token = engine.tokens.create("cli", "admin")
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(engine, start=False), host="127.0.0.1",
-                                        port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert srv.started
-    yield f"http://127.0.0.1:{port}", token, engine
-    srv.should_exit = True
-    thread.join(timeout=10)
+    for url in serve(engine):
+        yield url, token, engine
     engine.close()
 
 

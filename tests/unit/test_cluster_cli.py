@@ -4,36 +4,17 @@ engine whose fake pacemaker is a pair, and on a single appliance."""
 from __future__ import annotations
 
 import json
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import uvicorn
 
-from api.app import create_app
 from api.cli import main
 from appliance.engine import Engine
 from appliance.fake_hosts import fake_hosts
 from appliance.host.fakes.cluster import FakeCluster
 from appliance.settings import Settings
-from tests.unit.test_cli import free_port
-
-
-def serve(engine: Engine) -> Iterator[str]:
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(engine, start=False), host="127.0.0.1",
-                                        port=port, log_level="warning"))
-    thread = threading.Thread(target=srv.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not srv.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert srv.started
-    yield f"http://127.0.0.1:{port}"
-    srv.should_exit = True
-    thread.join(timeout=10)
+from tests.unit.http_server import serve
 
 
 @pytest.fixture

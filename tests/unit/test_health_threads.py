@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 
 from appliance.demo import demo_engine
-from tests.unit.test_cluster_cli import serve
+from tests.unit.http_server import serve
 
 WORKERS = 40  # anyio's default limit of worker threads
 
