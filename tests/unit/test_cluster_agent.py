@@ -471,6 +471,7 @@ def test_a_node_whose_nodeid_is_unknown_creates_no_nfs_datastore(pair: Pair) -> 
     assert "corosync nodeid" in r.json()["error"]["message"], r.text
     assert pair.a.engine.store.list_datastores() == []
     assert pair.a.hosts.ganesha.list_exports() == []
+    assert pair.a.hosts.zfs.get_dataset(f"{POOL}/datastores/nfs1") is None
 
 
 def test_active_active_a_pool_taken_over_keeps_its_export_ids(pair: Pair) -> None:
