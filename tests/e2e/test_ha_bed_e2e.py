@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 
+from appliance.transports.nfs import export_block
 from tests.e2e.habed import CLUSTER, DATA, NODES, POOL, VIP, HaBed, fence_scsi_key
 from tests.e2e.harounds import (
     GROUP_RSCS,
@@ -185,6 +186,17 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
               f"crm_mon showed the group); the survivor's take: {t.last_takeover}")
         check_served_through(t, served)
         assert t.last_takeover and t.last_takeover["fenced"] == victim, t.last_takeover
+
+    # a datastore the survivor makes takes its export id from the survivor's own block
+    # (its corosync nodeid, read with crm_node from corosync.conf), never an id the
+    # victim could have given on a pool of its own (docs/ha.md, "Export ids in a pair")
+    first, last = export_block(next(n.nodeid for n in NODES if n.name == survivor))
+    with ha_bed.api(survivor) as api:
+        made = ok(api.put("/datastores/haids", json=nfs_body()), 201)
+        try:
+            assert first <= made["nfs"]["export_id"] <= last, (survivor, made["nfs"])
+        finally:
+            ok(api.delete("/datastores/haids", params={"wait": 300, "force": True}), 202)
 
 
 @after_the_first_round
