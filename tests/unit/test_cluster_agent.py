@@ -124,10 +124,15 @@ def run_agent(node: Node, action: str, pool: str = POOL, **env: str) -> tuple[in
     return rc, lines
 
 
+def nfs_body(pool: str = POOL, size: str = "10G") -> dict[str, Any]:
+    """A PUT body for an NFSv3 datastore the cluster segment may mount."""
+    return {"protocol": "nfs3", "size": size, "pool": pool,
+            "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}
+
+
 def serve_two(node: Node) -> dict[str, dict[str, Any]]:
     """An NFS and an iSCSI datastore on the pool, as the node shows them."""
-    r = node.put("nfs1", {"protocol": "nfs3", "size": "10G", "pool": POOL,
-                          "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    r = node.put("nfs1", nfs_body())
     assert r.status_code in (200, 201), r.text
     r = node.put("lun1", {"protocol": "iscsi", "size": "10G", "pool": POOL,
                           "iscsi": {"initiators": [ESX]}})
@@ -240,8 +245,7 @@ def test_agent_retries_an_unreachable_api_until_its_timeout() -> None:
 def test_a_change_on_the_node_without_the_pool_is_503_naming_the_active_node(
         pair: Pair) -> None:
     b = pair.b
-    r = b.put("nfs9", {"protocol": "nfs3", "size": "1G", "pool": POOL,
-                       "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    r = b.put("nfs9", nfs_body(size="1G"))
     assert r.status_code == 503, r.text
     err = r.json()["error"]
     assert err["code"] == "not_active"
@@ -254,8 +258,7 @@ def test_a_change_on_the_node_without_the_pool_is_503_naming_the_active_node(
     assert b.client.get("/api/v1/datastores").status_code == 200
     assert b.client.get("/api/v1/cluster").status_code == 200
     # the node holding it takes changes
-    assert pair.a.put("nfs9", {"protocol": "nfs3", "size": "1G", "pool": POOL, "nfs": {
-        "clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}).status_code in (200, 201)
+    assert pair.a.put("nfs9", nfs_body(size="1G")).status_code in (200, 201)
 
 
 def test_without_pacemaker_answering_changes_are_refused(pair: Pair) -> None:
@@ -443,8 +446,7 @@ def test_each_node_hands_out_export_ids_from_its_own_block(pair: Pair) -> None:
     b.engine.cluster.refresh()
     assert run_agent(b, "start")[0] == agent.OCF_SUCCESS
     assert identities(b)["nfs1"][0] == id_a  # adopted as it was
-    r = b.put("nfs2", {"protocol": "nfs3", "size": "10G", "pool": POOL,
-                       "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    r = b.put("nfs2", nfs_body())
     assert r.status_code == 201, r.text
     id_b = identities(b)["nfs2"][0]
     assert first_b <= id_b <= last_b  # ha-b's block, not the id after ha-a's
@@ -456,8 +458,7 @@ def test_each_node_hands_out_export_ids_from_its_own_block(pair: Pair) -> None:
     assert {n: i[0] for n, i in identities(a).items()} == \
         {"nfs1": id_a, "lun1": None, "nfs2": id_b}  # both kept: no renumbering
     assert sorted(e.export_id for e in a.hosts.ganesha.list_exports()) == [id_a, id_b]
-    r = a.put("nfs3", {"protocol": "nfs3", "size": "10G", "pool": POOL,
-                       "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    r = a.put("nfs3", nfs_body())
     assert r.status_code == 201, r.text
     # ha-a counts on in its own block: ha-b's adopted id did not move its counter
     assert identities(a)["nfs3"][0] == id_a + 1
@@ -465,8 +466,7 @@ def test_each_node_hands_out_export_ids_from_its_own_block(pair: Pair) -> None:
 
 def test_a_node_whose_nodeid_is_unknown_creates_no_nfs_datastore(pair: Pair) -> None:
     pair.cluster_a.node_ids.clear()  # corosync.conf does not name this node
-    r = pair.a.put("nfs1", {"protocol": "nfs3", "size": "10G", "pool": POOL,
-                            "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}})
+    r = pair.a.put("nfs1", nfs_body())
     assert r.status_code == 503, r.text
     assert "corosync nodeid" in r.json()["error"]["message"], r.text
     assert pair.a.engine.store.list_datastores() == []
@@ -490,10 +490,8 @@ def test_active_active_a_pool_taken_over_keeps_its_export_ids(pair: Pair) -> Non
     for n in (a, b):
         n.engine.cluster.refresh()
     assert run_agent(b, "start", pool="tank2")[0] == agent.OCF_SUCCESS
-    nfs_body = {"protocol": "nfs3", "size": "10G",
-                "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}
-    assert a.put("on-a", {**nfs_body, "pool": POOL}).status_code == 201
-    assert b.put("on-b", {**nfs_body, "pool": "tank2"}).status_code == 201
+    assert a.put("on-a", nfs_body()).status_code == 201
+    assert b.put("on-b", nfs_body("tank2")).status_code == 201
     id_a, id_b = identities(a)["on-a"][0], identities(b)["on-b"][0]
     assert id_a != id_b
 
@@ -503,6 +501,7 @@ def test_active_active_a_pool_taken_over_keeps_its_export_ids(pair: Pair) -> Non
     rc, lines = run_agent(b, "start")
     assert rc == agent.OCF_SUCCESS, lines
     assert {n: i[0] for n, i in identities(b).items()} == {"on-a": id_a, "on-b": id_b}
-    assert zfs.get_dataset("tank/datastores/on-a", ("zds:export_id",)).prop(  # type: ignore[union-attr]
-        "zds:export_id") == str(id_a)  # the pool's own record unchanged too
+    info = zfs.get_dataset("tank/datastores/on-a", ("zds:export_id",))
+    assert info is not None
+    assert info.prop("zds:export_id") == str(id_a)  # the pool's own record unchanged too
     assert sorted(e.export_id for e in b.hosts.ganesha.list_exports()) == sorted((id_a, id_b))

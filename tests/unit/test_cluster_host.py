@@ -22,6 +22,7 @@ from appliance.host.cluster import (
 from appliance.host.contract import cluster_checks
 from appliance.host.fakes.cluster import FakeCluster
 from appliance.host.run import RecordingRunner
+from tests.e2e import habed
 
 # Real-format documents (pacemaker 2.1.5, api-version 2.25), one per file
 FIXTURES = Path(__file__).parent / "fixtures" / "pacemaker"
@@ -114,8 +115,6 @@ def test_not_in_a_pair_runs_nothing(tmp_path: Path) -> None:
 
 
 def test_corosync_nodes_from_the_ha_roles_own_template() -> None:
-    from tests.e2e import habed
-
     conf = habed.corosync_conf()
     assert parse_corosync_nodes(conf) == {n.name: n.nodeid for n in habed.NODES}
     assert parse_corosync_nodes("# node { name: x nodeid: 9 }\nnodelist {\n node {\n"
@@ -124,8 +123,6 @@ def test_corosync_nodes_from_the_ha_roles_own_template() -> None:
 
 
 def test_node_id_is_the_local_nodes_in_corosync_conf_asked_once(tmp_path: Path) -> None:
-    from tests.e2e import habed
-
     conf = tmp_path / "corosync.conf"
     conf.write_text(habed.corosync_conf())
     r = runner_with_pair()  # crm_node --name: ha-b
