@@ -111,7 +111,7 @@ UNSEEN = frozenset({
     "get_dataset", "snapshot_counts", "list_snapshots", "list_snapshots_under", "holds",
     "zvol_device", "wait_for_device", "scrub", "offline_device", "online_device",
     "replace_device", "attach_device", "detach_device", "set_pool_properties", "hold",
-    "release",
+    "release", "set_root_user_properties", "clear_root_user_properties",
 })
 
 

@@ -39,7 +39,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol
 
@@ -229,6 +229,14 @@ class ZfsHost(Protocol):
 
     def set_properties(self, name: str, properties: Mapping[str, str]) -> None: ...
 
+    def set_root_user_properties(self, pool: str, properties: Mapping[str, str]) -> None:
+        """User properties (a colon in every name) on ``pool``'s root dataset: notes the
+        pool carries to whichever node imports it next (the HA pair's job journal). No
+        dataset's figures change, so the list's kept read ignores them."""
+
+    def clear_root_user_properties(self, pool: str, names: Sequence[str]) -> None:
+        """Removes user properties set by :meth:`set_root_user_properties`."""
+
     def destroy(self, name: str, recursive: bool = False) -> None: ...
 
     def snapshot(self, dataset: str, snapname: str,
@@ -336,6 +344,14 @@ def device_arg(device: str, path: bool = False) -> str:
         return device
     raise InvalidInput(f"invalid device {device!r}: an absolute path"
                        + ("" if path else ", a name as zpool status shows it, or a GUID"))
+
+
+def require_user_properties(pool: str, names: Iterable[str]) -> None:
+    """Refuses a native property where only user properties may go."""
+    for name in names:
+        if ":" not in name or not _SAFE_PROP.fullmatch(name):
+            raise InvalidInput(f"cannot set property for '{pool}': {name!r} is not a user "
+                               "property (module:property)")
 
 
 def _prop_args(flag: str, props: Mapping[str, str]) -> list[str]:
@@ -1018,6 +1034,16 @@ class Zfs:
     def set_properties(self, name: str, properties: Mapping[str, str]) -> None:
         if properties:
             self._run(["zfs", "set", *_prop_args("", properties), _arg_name(name)])
+
+    def set_root_user_properties(self, pool: str, properties: Mapping[str, str]) -> None:
+        require_user_properties(pool, properties)
+        self.set_properties(pool.split("/")[0], properties)
+
+    def clear_root_user_properties(self, pool: str, names: Sequence[str]) -> None:
+        require_user_properties(pool, names)
+        root = _arg_name(pool.split("/")[0])
+        for name in names:  # `zfs inherit` takes one property; it prints nothing
+            self._run(["zfs", "inherit", name, root])
 
     def destroy(self, name: str, recursive: bool = False) -> None:
         argv = ["zfs", "destroy"]

@@ -385,3 +385,20 @@ def test_import_resets_what_a_stream_set_to_mount_before_anything_mounts() -> No
                          ("zfs", "inherit", "mountpoint", "tank/replicas/evil"),
                          ("zfs", "inherit", "sharenfs", "tank/replicas/evil"),
                          ("zfs", "mount", "-a")]
+
+
+def test_root_user_properties_are_set_and_inherited_on_the_pools_root_only() -> None:
+    """The pair's job notes: `zfs set` on the root dataset, one `zfs inherit` per note
+    (it takes one property); a native property is refused before any command."""
+    zfs, runner = make()
+    zfs.set_root_user_properties("tank", {"zds:job:ab12": '{"kind":"pool.scrub"}'})
+    zfs.clear_root_user_properties("tank", ["zds:job:ab12", "zds:job:cd34"])
+    assert runner.calls == [("zfs", "set", 'zds:job:ab12={"kind":"pool.scrub"}', "tank"),
+                            ("zfs", "inherit", "zds:job:ab12", "tank"),
+                            ("zfs", "inherit", "zds:job:cd34", "tank")]
+    runner.calls.clear()
+    with pytest.raises(InvalidInput, match="not a user property"):
+        zfs.set_root_user_properties("tank", {"mountpoint": "/usr/local/sbin"})
+    with pytest.raises(InvalidInput, match="not a user property"):
+        zfs.clear_root_user_properties("tank", ["zds:job:ok", "Zds:Bad Name"])
+    assert runner.calls == []

@@ -80,6 +80,20 @@ def check_pools(zfs: ZfsHost, disks: Sequence[str], missing_disk: str,
         assert info.properties.get("zds:role") == "changed"
         assert info.properties.get("autotrim") == "on"
 
+        # the root dataset's user properties (the pair's job journal): set, read as the
+        # root's own, cleared; a native property is refused and changes nothing
+        note = '{"kind": "pool.scrub", "target": "p, q"}'
+        zfs.set_root_user_properties(pool, {"zds:job:c0ffee": note})
+        root = zfs.get_dataset(pool)
+        assert root is not None and root.prop("zds:job:c0ffee") == note, root
+        expect(InvalidInput, zfs.set_root_user_properties, pool, {"atime": "on"})
+        expect(InvalidInput, zfs.clear_root_user_properties, pool, ["atime"])
+        atime = zfs.get_dataset(pool, ["atime"])
+        assert atime is not None and atime.prop("atime") == "off", atime
+        zfs.clear_root_user_properties(pool, ["zds:job:c0ffee"])
+        root = zfs.get_dataset(pool)
+        assert root is not None and "zds:job:c0ffee" not in root.properties, root
+
         expect(Conflict, zfs.create_pool, pool, PoolLayout(data=(VdevSpec("disk", (c,)),)),
                {}, {})
         expect(Conflict, zfs.create_pool, pool + "x", PoolLayout(

@@ -45,6 +45,7 @@ from appliance.host.zfs import (
     VdevNode,
     VdevSpec,
     device_arg,
+    require_user_properties,
 )
 
 GiB = 1 << 30
@@ -966,6 +967,17 @@ class FakeZfs:
             else:
                 ds.local[key] = value
         ds.user.update({k: v for k, v in props.items() if ":" in k})
+
+    def set_root_user_properties(self, pool: str, properties: Mapping[str, str]) -> None:
+        require_user_properties(pool, properties)
+        self.set_properties(pool.split("/")[0], properties)
+
+    def clear_root_user_properties(self, pool: str, names: Sequence[str]) -> None:
+        self._up()
+        require_user_properties(pool, names)
+        root = self._ds(pool.split("/")[0])
+        for name in names:
+            root.user.pop(name, None)
 
     def destroy(self, name: str, recursive: bool = False) -> None:
         self._up()
