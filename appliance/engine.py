@@ -25,7 +25,7 @@ from appliance.policies.service import PolicyService
 from appliance.probes import service as probe_service
 from appliance.reconciler import DEVICE_WAIT, Reconciler
 from appliance.replication.service import ReplicationService
-from appliance.services.cluster import ClusterService
+from appliance.services.cluster import ClusterService, PoolJobJournal
 from appliance.services.datastores import DatastoreService
 from appliance.services.groups import InitiatorGroupService
 from appliance.services.pools import PoolService
@@ -56,6 +56,8 @@ class Engine:
         self.policies = PolicyService(ctx, self.policy_records, ctx.hosts.vsphere,
                                       ctx.hosts.hooks)
         self.cluster = ClusterService(ctx, self.reconciler, self.pools)
+        # in a pair, a job about a pool is noted on it while it runs (docs/ha.md)
+        ctx.jobs.journal = PoolJobJournal(self.cluster)
         self.system = SystemService(ctx, self.reconciler, checks={
             "snapshot_policies": lambda: ComponentHealth(*self.policies.health())},
             cluster_role=self.cluster.role)
@@ -119,6 +121,9 @@ class Engine:
                 # an HA node that died holding a pool: the other node has it now
                 self.cluster.forget_departed(imported)
                 adopt(ctx, imported)
+                # notes of jobs this node ran on its pools and that finished by the
+                # restart (recover above) go; a dead peer's become interrupted rows
+                self.cluster.settle_jobs_of(imported)
                 self.pools.keep_snapshot_counts(imported)
                 self.datastores.finish_interrupted()
                 self._wait_for_daemons(daemon_wait)

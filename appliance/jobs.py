@@ -5,6 +5,10 @@ was queued or running when the API stopped is marked failed ("interrupted"): by
 :meth:`JobManager.shutdown` when the API stops cleanly, by :meth:`JobManager.recover` at
 the next start when it did not.
 
+In an HA pair a job about one of the pair's pools is also noted on that pool while it
+runs (a :class:`JobJournal`, given by the engine): the node that takes the pool after this
+one died shows it ``interrupted`` under the same id, where the client polls it.
+
 Waiting for a job has two forms: :meth:`JobManager.wait` blocks a thread (the engine's own
 callers), :meth:`JobManager.wait_async` holds none (the API's long-polls: thousands of them
 cost a future each, woken by the job's thread when its row changes).
@@ -22,7 +26,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from appliance.errors import Conflict, NotFound, ZdsError
 from appliance.store import Store
@@ -72,6 +76,7 @@ class JobContext:
     _manager: JobManager
     cancel_event: threading.Event = field(default_factory=threading.Event)
     on_cancel: list[Callable[[], None]] = field(default_factory=list)
+    pool: str | None = None  # the pool the job works on, when its submitter named it
 
     def progress(self, fraction: float, message: str = "") -> None:
         self._manager._update(self.job_id, progress=max(0.0, min(1.0, fraction)),
@@ -94,6 +99,17 @@ class JobContext:
 JobFunction = Callable[[JobContext], dict[str, Any] | None]
 
 
+class JobJournal(Protocol):
+    """Where a running job is noted beyond this node's store (the HA pair's pools)."""
+
+    def begin(self, job: Job, pool: str | None) -> str | None:
+        """Notes ``job`` (``pool``: the pool it works on, when its caller knows it);
+        returns the pool it was noted on, or None when it is not noted anywhere."""
+
+    def end(self, job_id: str, pool: str) -> None:
+        """The job finished here: its note on ``pool`` goes."""
+
+
 class JobManager:
     def __init__(self, store: Store, workers: int = 2) -> None:
         self.store = store
@@ -108,6 +124,8 @@ class JobManager:
         self._waiters: dict[str, set[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] \
             = {}
         self._waiters_lock = threading.Lock()
+        # set by the engine in an HA pair (ClusterService): None notes nothing
+        self.journal: JobJournal | None = None
 
     def recover(self) -> int:
         """Marks jobs interrupted by a restart as failed; returns how many."""
@@ -126,10 +144,27 @@ class JobManager:
         self._wake(None)
         return cur.rowcount
 
+    def record_interrupted(self, job: Job) -> bool:
+        """Records ``job``, known from elsewhere (the journal on a pool this node took),
+        as it is given (failed, with its error), unless a job with its id is here
+        already; returns whether it was recorded."""
+        with self.store.connect() as db:
+            cur = db.execute(
+                "INSERT OR IGNORE INTO jobs (id, kind, target, state, progress, message, "
+                "error, created, started, finished) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                (job.id, job.kind, job.target, job.state, job.progress, job.message,
+                 json.dumps(job.error) if job.error is not None else None, job.created,
+                 job.started, job.finished))
+        if cur.rowcount:
+            self._wake(job.id)
+        return bool(cur.rowcount)
+
     def submit(self, kind: str, target: str | None, fn: JobFunction,
-               message: str = "", long: bool = False, job_id: str | None = None) -> Job:
+               message: str = "", long: bool = False, job_id: str | None = None,
+               pool: str | None = None) -> Job:
         """Records the job, then runs ``fn`` on a worker; ``job_id`` may be chosen by the
-        caller (the scheduler records it with the slot before the job exists)."""
+        caller (the scheduler records it with the slot before the job exists); ``pool``:
+        the pool it works on, when ``target`` does not say (the journal's hint)."""
         job_id = job_id or uuid.uuid4().hex
         with self.store.connect() as db:
             db.execute(
@@ -137,16 +172,17 @@ class JobManager:
                 "VALUES (?,?,?,?,?,?)",
                 (job_id, kind, target, "queued", message, time.time()),
             )
-        ctx = JobContext(job_id, self)
+        ctx = JobContext(job_id, self, pool=pool)
         self._contexts[job_id] = ctx
         (self._long if long else self._pool).submit(self._run, ctx, fn)
         return self.get(job_id)
 
     def track(self, kind: str, target: str | None, work: Future[T],
-              result_of: Callable[[T], dict[str, Any]], message: str = "") -> Job:
+              result_of: Callable[[T], dict[str, Any]], message: str = "",
+              pool: str | None = None) -> Job:
         """A job that follows ``work``, already under way elsewhere (a queued datastore
         create): recorded as running now, finished when ``work`` is, with ``result_of``
-        its result or its error. No worker waits for it."""
+        its result or its error. No worker waits for it. ``pool`` as for :meth:`submit`."""
         job_id = uuid.uuid4().hex
         now = time.time()
         with self.store.connect() as db:
@@ -155,8 +191,16 @@ class JobManager:
                 "VALUES (?,?,?,?,?,?,?)",
                 (job_id, kind, target, "running", message, now, now),
             )
+        noted = self._journal_begin(job_id, pool)
 
         def done(finished: Future[T]) -> None:
+            try:
+                finish(finished)
+            finally:
+                if noted and not self._stopping:
+                    self._journal_end(job_id, noted)
+
+        def finish(finished: Future[T]) -> None:
             exc = finished.exception()
             if exc is None:
                 self._finish(job_id, "succeeded", result_of(finished.result()), None)
@@ -174,6 +218,7 @@ class JobManager:
         if ctx.cancelled:
             self._finish(ctx.job_id, "cancelled", None, None)
             return
+        noted = self._journal_begin(ctx.job_id, ctx.pool)
         self._update(ctx.job_id, state="running", started=time.time())
         try:
             result = fn(ctx)
@@ -191,6 +236,31 @@ class JobManager:
             self._finish(ctx.job_id, state, result or {}, None)
         finally:
             self._contexts.pop(ctx.job_id, None)
+            # stopping: the note stays, so the node that takes the pool next says
+            # "interrupted" too (this node's own row says so already)
+            if noted and not self._stopping:
+                self._journal_end(ctx.job_id, noted)
+
+    def _journal_begin(self, job_id: str, pool: str | None) -> str | None:
+        """Notes the job in the journal (if any); a journal that fails is logged: the
+        job runs anyway, as it would on a single appliance."""
+        journal = self.journal
+        if journal is None:
+            return None
+        try:
+            return journal.begin(self.get(job_id), pool)
+        except Exception:
+            log.exception("job %s: cannot note it on its pool", job_id)
+            return None
+
+    def _journal_end(self, job_id: str, pool: str) -> None:
+        journal = self.journal
+        if journal is None:
+            return
+        try:
+            journal.end(job_id, pool)
+        except Exception:
+            log.exception("job %s: cannot remove its note on pool %s", job_id, pool)
 
     def _finish(self, job_id: str, state: JobState, result: dict[str, Any] | None,
                 error: dict[str, Any] | None) -> None:

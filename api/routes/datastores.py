@@ -102,8 +102,8 @@ async def put_datastore(name: DatastorePath, body: schemas.DatastorePut, request
     """Creates the dataset/zvol, the export or LUN, and returns attach instructions.
     Idempotent: the same body again changes nothing (200). Creates sent together are
     made together; one still queued after `lock_timeout` answers 202 with its job."""
-    started = await run_in_threadpool(engine.datastores.put_start, name,
-                                      convert.datastore_request(body))
+    request_body = convert.datastore_request(body)
+    started = await run_in_threadpool(engine.datastores.put_start, name, request_body)
     if isinstance(started, Future):
         try:  # shielded: a request that stops waiting leaves the create queued
             view, created = await asyncio.wait_for(
@@ -111,7 +111,8 @@ async def put_datastore(name: DatastorePath, body: schemas.DatastorePut, request
         except TimeoutError:
             job = await run_in_threadpool(
                 engine.jobs.track, "datastore.create", name, started, _created,
-                f"creating datastore {name} (queued behind other creates)")
+                f"creating datastore {name} (queued behind other creates)",
+                pool=request_body.pool)
             return JSONResponse(status_code=status.HTTP_202_ACCEPTED,
                                 content=convert.job_out(job).model_dump(mode="json"),
                                 headers={"Location": f"/api/v1/jobs/{job.id}"})

@@ -14,6 +14,12 @@ The agent (``ocf:zds:pool``, api/agent.py) calls the local API, which calls here
   carries them to the next node);
 - :meth:`ClusterService.pool_status` (monitor): imported, healthy, its daemons up.
 
+A job about one of the pair's pools is noted on that pool while it runs
+(:class:`PoolJobJournal`: a ``zds:job:<id>`` user property of the pool's root dataset);
+the node that takes the pool after the one running it died records it ``interrupted``
+under the same id (:meth:`ClusterService.settle_jobs`), so a client polling it through
+the service address learns its fate rather than a 404.
+
 A single appliance (no corosync.conf) has no cluster: every method here says so, health
 has no ``cluster`` part and nothing is refused.
 """
@@ -22,6 +28,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -33,7 +40,7 @@ from appliance.adoption import adopt
 from appliance.context import Context
 from appliance.errors import Conflict, InvalidInput, NotActive, NotFound, Unavailable, ZdsError
 from appliance.host.cluster import ClusterHost, ClusterState, FenceEvent
-from appliance.jobs import Job, JobContext
+from appliance.jobs import Job, JobContext, JobJournal
 from appliance.model import DatastoreRecord
 from appliance.reconciler import DriftItem, Reconciler
 from appliance.services.pools import PoolService
@@ -62,6 +69,14 @@ EXPORT_TRIES = 15
 BAD_POOL_HEALTH = ("FAULTED", "UNAVAIL", "SUSPENDED")
 # Paths whose changes work on either node: the cluster's own, and tokens.
 ANY_NODE_PATHS = ("/api/v1/cluster",)
+# The job journal: one user property per running job on its pool's root dataset.
+JOB_NOTE_PREFIX = "zds:job:"
+# Jobs never noted: they move or make the pool itself (pacemaker and the take's own
+# result tell their story; the pool may not be there to carry a note).
+UNNOTED_KINDS = ("cluster.take", "cluster.release", "cluster.failover", "pool.create",
+                 "pool.import", "pool.export")
+# A note's message is cut to this many characters (a user property holds 8 KiB).
+NOTE_MESSAGE_MAX = 500
 
 
 @dataclass(frozen=True)
@@ -421,6 +436,7 @@ class ClusterService:
                 # the pool is the truth: what this node remembered of it may be old
                 self._forget(pool)
                 adopted = adopt(self.ctx, [pool])
+                interrupted = self.settle_jobs(pool)
                 self.pools.keep_snapshot_counts([pool])
                 self._set_taken(self._taken() | {pool})
                 seconds["adopt"] = round(time.monotonic() - t1, 1)
@@ -440,7 +456,7 @@ class ClusterService:
                                                    for i in pending[:5]),
                     detail={"drift": [i.__dict__ for i in pending]})
             return {"pool": pool, "imported": imported_now, "adopted": adopted,
-                    "seconds": seconds,
+                    "interrupted_jobs": interrupted, "seconds": seconds,
                     "attention": [f"{i.subject}: {i.reason}" + (f" -> {i.action}"
                                                                 if i.action else "")
                                   for i in left]}
@@ -466,6 +482,49 @@ class ClusterService:
                 subjects.update((r.name, r.spec.dataset, *t.subjects(r)))
         return [i for i in items if i.subject in subjects or i.subject == pool
                 or i.subject.startswith(f"{pool}/")]
+
+    # --- jobs across a takeover ---------------------------------------------------------
+
+    def settle_jobs(self, pool: str) -> list[str]:
+        """Reads the job notes ``pool`` carries (one ``zfs get``): a job with no row here
+        ran on the node that held the pool before and died, so it is recorded failed
+        (``interrupted``) under its id; notes of jobs that finished here go. A job that
+        runs here now keeps its note. Returns the ids recorded interrupted. Call it
+        with the pool imported, under the change lock."""
+        root = self.ctx.zfs.get_dataset(pool)
+        if root is None:
+            return []
+        notes = {k[len(JOB_NOTE_PREFIX):]: v for k, v in root.properties.items()
+                 if k.startswith(JOB_NOTE_PREFIX)}
+        state = self._state
+        local = state.local if state is not None else ""
+        recorded: list[str] = []
+        settled: list[str] = []
+        for job_id, raw in sorted(notes.items()):
+            try:
+                here: Job | None = self.ctx.jobs.get(job_id)
+            except NotFound:
+                here = None
+            if here is not None and not here.done:
+                continue  # it runs on this node now: its own end removes the note
+            if here is None and self.ctx.jobs.record_interrupted(
+                    _interrupted_job(job_id, raw, pool, local)):
+                recorded.append(job_id)
+            settled.append(JOB_NOTE_PREFIX + job_id)
+        if settled:
+            self.ctx.zfs.clear_root_user_properties(pool, settled)
+        if recorded:
+            log.warning("cluster: pool %s carried %d job(s) of a node that stopped while "
+                        "they ran; recorded interrupted: %s", pool, len(recorded),
+                        ", ".join(recorded))
+        return recorded
+
+    def settle_jobs_of(self, pools: set[str]) -> list[str]:
+        """Start-up: :meth:`settle_jobs` for every imported pool, in a pair only (a
+        single appliance notes no job)."""
+        if not self.configured:
+            return []
+        return [j for pool in sorted(pools) for j in self.settle_jobs(pool)]
 
     def release(self, pool: str) -> Job:
         """The agent's stop: withdraw what serves the pool's datastores, export the
@@ -534,6 +593,79 @@ class ClusterService:
                 f", {len(drift)} drift item(s)" if drift else "")
         return PoolStatus(pool, bool(health), health, ok, sorted(r.name for r in records),
                           down, drift, message)
+
+
+class PoolJobJournal(JobJournal):
+    """Notes a job about one of the pair's pools on that pool while it runs (see the
+    module). Two ``zfs`` commands per job, in a pair only; a single appliance's jobs are
+    not noted (its own store says "interrupted" after a restart)."""
+
+    def __init__(self, cluster: ClusterService) -> None:
+        self.cluster = cluster
+
+    def pool_of(self, job: Job, pool: str | None) -> str | None:
+        """The pair's pool ``job`` works on: the one its submitter named, its target
+        when that is a pool, or its target datastore's pool; None for any other job."""
+        if job.kind in UNNOTED_KINDS or not self.cluster.configured:
+            return None
+        state = self.cluster.cached() or self.cluster.state()
+        if state is None or not state.running:
+            return None
+        managed = {g.pool for g in state.pools}
+        for candidate in (pool, job.target):
+            if candidate in managed:
+                return candidate
+        record = self.cluster.ctx.store.get_datastore(job.target) if job.target else None
+        return record.spec.pool if record is not None and record.spec.pool in managed \
+            else None
+
+    def begin(self, job: Job, pool: str | None) -> str | None:
+        where = self.pool_of(job, pool)
+        if where is None or not _NOTE_ID.fullmatch(job.id):
+            return None
+        state = self.cluster.cached()
+        note = {"kind": job.kind, "target": job.target,
+                "message": job.message[:NOTE_MESSAGE_MAX], "created": job.created,
+                "started": time.time(), "node": state.local if state else ""}
+        self.cluster.ctx.zfs.set_root_user_properties(
+            where, {JOB_NOTE_PREFIX + job.id: json.dumps(note, separators=(",", ":"))})
+        return where
+
+    def end(self, job_id: str, pool: str) -> None:
+        self.cluster.ctx.zfs.clear_root_user_properties(pool, [JOB_NOTE_PREFIX + job_id])
+
+
+# what a job id may be to name a ZFS user property (uuid4 hex, the scheduler's too)
+_NOTE_ID = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")
+
+
+def _interrupted_job(job_id: str, raw: str, pool: str, local: str) -> Job:
+    """The row for a job a pool's note names: failed, ``interrupted`` by the takeover."""
+    try:
+        note = json.loads(raw)
+        if not isinstance(note, dict):
+            raise ValueError(raw)
+    except ValueError:
+        note = {}
+    node = str(note.get("node") or "the node that held it")
+    created = note.get("created")
+    started = note.get("started")
+    now = time.time()
+    return Job(
+        id=job_id, kind=str(note.get("kind") or "unknown"),
+        target=str(note["target"]) if note.get("target") is not None else None,
+        state="failed", progress=0.0, message=str(note.get("message") or ""),
+        result=None,
+        error={"code": "interrupted",
+               "message": f"{node} stopped while this job ran on pool {pool}; "
+                          f"{local or 'this node'} took the pool over. The job did not "
+                          "finish (what it had done is on the pool as it was left): run "
+                          "it again if it is still needed",
+               "detail": {"node": str(note.get("node") or ""), "pool": pool,
+                          "taken_by": local}},
+        created=float(created) if isinstance(created, (int, float)) else now,
+        started=float(started) if isinstance(started, (int, float)) else None,
+        finished=now)
 
 
 def _group_on(state: ClusterState, group: str, node: str) -> bool:

@@ -133,8 +133,27 @@ def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
     print(f"\n[e2e] served by {active}: {served}")
 
 
+def start_held_probe(bed: HaBed, node: str) -> str:
+    """A probe of the NFS datastore on ``node`` that runs far longer than the round (fio
+    on a scratch of the pool): a job about the pool that is running when the node dies.
+    Returns its id once it runs, after checking that the pool carries its note."""
+    with bed.api(node) as api:
+        job = ok(api.post("/probes", json={
+            "profile": "randread-4k-qd32", "datastore": NFS_DS, "target": "local",
+            "overrides": {"runtime": 1800, "size": "64m"}}), 202)
+        deadline = time.monotonic() + 180
+        while ok(api.get(f"/jobs/{job['id']}"))["state"] != "running":
+            assert time.monotonic() < deadline, f"probe {job['id']} did not start"
+            time.sleep(2)
+    note = bed.nodes[node].check(f"zfs get -H -o value zds:job:{job['id']} {POOL}")
+    assert f'"node":"{node}"' in note and '"kind":"probe"' in note, note
+    return str(job["id"])
+
+
 def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) -> None:
     served = SERVED[0] if SERVED else None
+    # a job running on the node that dies: the survivor must say it was interrupted
+    held = start_held_probe(ha_bed, ha_bed.active()) if served else ""
     t = kill_round(ha_bed, served)
     victim, survivor = t.source, t.target
     rc, body = ha_bed.client_get()
@@ -186,6 +205,16 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
               f"crm_mon showed the group); the survivor's take: {t.last_takeover}")
         check_served_through(t, served)
         assert t.last_takeover and t.last_takeover["fenced"] == victim, t.last_takeover
+        # the probe that ran on the victim reads interrupted on the survivor, under its
+        # id, through the address the client used; the pool carries no note after
+        with ha_bed.api(survivor) as api:
+            job = ok(api.get(f"/jobs/{held}"))
+        print(f"[e2e] the victim's probe job on the survivor: {job['state']}, {job['error']}")
+        assert job["state"] == "failed" and job["kind"] == "probe", job
+        assert job["error"]["code"] == "interrupted", job
+        assert job["error"]["detail"]["node"] == victim, job
+        notes = ha_bed.nodes[survivor].check(f"zfs get -H -o property all {POOL}")
+        assert "zds:job:" not in notes, notes
 
     # a datastore the survivor makes takes its export id from the survivor's own block
     # (its corosync nodeid, read with crm_node from corosync.conf), never an id the

@@ -9,6 +9,8 @@ that a single appliance behaves as before."""
 
 from __future__ import annotations
 
+import json
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
@@ -29,7 +31,8 @@ from appliance.host.fakes.lio import FakeLio
 from appliance.host.fakes.nvmet import FakeNvmet
 from appliance.host.local import FakeLocalHost
 from appliance.host.zfs import PoolLayout, VdevSpec
-from appliance.services.cluster import TAKEN_FACT
+from appliance.jobs import JobContext
+from appliance.services.cluster import JOB_NOTE_PREFIX, TAKEN_FACT
 from appliance.settings import Settings
 from appliance.transports import nfs
 from appliance.transports.storage import ROOT_FS_PROPERTIES
@@ -505,3 +508,124 @@ def test_active_active_a_pool_taken_over_keeps_its_export_ids(pair: Pair) -> Non
     assert info is not None
     assert info.prop("zds:export_id") == str(id_a)  # the pool's own record unchanged too
     assert sorted(e.export_id for e in b.hosts.ganesha.list_exports()) == sorted((id_a, id_b))
+
+
+# ----------------------------------------------------------------------------- jobs
+
+
+def held_job(node: Node | Engine, kind: str, target: str) -> tuple[str, threading.Event]:
+    """A job on ``node`` that runs until the returned event is set (at most 30 s)."""
+    engine = node if isinstance(node, Engine) else node.engine
+    release = threading.Event()
+    running = threading.Event()
+
+    def body(_ctx: JobContext) -> dict[str, Any]:
+        running.set()
+        release.wait(30)
+        return {"done": True}
+
+    job = engine.jobs.submit(kind, target, body, long=True)
+    assert running.wait(10)
+    return job.id, release
+
+
+def job_notes(zfs: Any, pool: str = POOL) -> dict[str, dict[str, Any]]:
+    root = zfs.get_dataset(pool)
+    assert root is not None
+    return {k.removeprefix(JOB_NOTE_PREFIX): json.loads(v)
+            for k, v in root.properties.items() if k.startswith(JOB_NOTE_PREFIX)}
+
+
+def test_a_job_running_when_its_node_dies_reads_interrupted_on_the_survivor(
+        pair: Pair) -> None:
+    """ha-a runs a scrub of tank and a probe of one of its datastores when it dies (no
+    stop runs); ha-b takes tank. Both jobs, under their ids, read failed/interrupted on
+    ha-b, naming ha-a; the notes leave the pool. Without the journal ha-b answers 404."""
+    a, b = pair.a, pair.b
+    serve_two(a)
+    done_id, done_release = held_job(a, "pool.scrub", POOL)
+    done_release.set()
+    assert a.engine.jobs.wait(done_id, 10).state == "succeeded"
+    assert job_notes(a.hosts.zfs) == {}  # a job that finished leaves no note
+    scrub, scrub_release = held_job(a, "pool.scrub", POOL)
+    probe, probe_release = held_job(a, "probe", "nfs1")  # a datastore: its pool's
+    try:
+        notes = job_notes(a.hosts.zfs)
+        assert set(notes) == {scrub, probe}
+        assert notes[scrub]["node"] == "ha-a" and notes[scrub]["kind"] == "pool.scrub"
+        assert notes[probe]["target"] == "nfs1"
+
+        pair.hold(POOL, "ha-b")  # ha-a was killed: pacemaker fenced it, ha-b takes
+        b.engine.cluster.refresh()
+        rc, lines = run_agent(b, "start")
+        assert rc == agent.OCF_SUCCESS, lines
+        for job_id, kind in ((scrub, "pool.scrub"), (probe, "probe")):
+            r = b.client.get(f"/api/v1/jobs/{job_id}")
+            assert r.status_code == 200, r.text
+            job = r.json()
+            assert job["state"] == "failed" and job["kind"] == kind, job
+            assert job["error"]["code"] == "interrupted", job
+            assert "ha-a stopped" in job["error"]["message"], job
+            assert job["error"]["detail"] == {"node": "ha-a", "pool": POOL,
+                                              "taken_by": "ha-b"}
+        assert b.client.get(f"/api/v1/jobs/{done_id}").status_code == 404
+        assert job_notes(b.hosts.zfs) == {}
+        take = b.engine.jobs.list(kind="cluster.take", limit=1)[0]
+        assert take.result is not None
+        assert sorted(take.result["interrupted_jobs"]) == sorted((scrub, probe))
+        # a second take (pacemaker restarting the group) records nothing twice
+        assert run_agent(b, "start")[0] == agent.OCF_SUCCESS
+        assert b.engine.jobs.list(kind="cluster.take", limit=1)[0].result[  # type: ignore[index]
+            "interrupted_jobs"] == []
+    finally:
+        scrub_release.set()
+        probe_release.set()
+
+
+def test_a_job_running_on_the_survivor_keeps_its_note_and_a_restart_settles_its_own(
+        pair: Pair, tmp_path: Path) -> None:
+    """The node holding the pool restarts its API while a job runs: its own store marks
+    the job interrupted and the start-up clears the job's note (it is not the peer's to
+    report). A job running on the node at a take keeps its note."""
+    a = pair.a
+    job_id, release = held_job(a, "pool.scrub", POOL)
+    try:
+        rc, lines = run_agent(a, "start")  # the pool is here already: serve it again
+        assert rc == agent.OCF_SUCCESS, lines
+        assert set(job_notes(a.hosts.zfs)) == {job_id}  # it runs here: not interrupted
+        assert a.engine.jobs.get(job_id).state == "running"
+
+        a.client.close()
+        a.engine.close()  # a stopping API leaves the note: the pool may move next
+        assert set(job_notes(a.hosts.zfs)) == {job_id}
+        again = make_node(tmp_path, "ha-a", a.hosts, pair.cluster_a)
+        pair.a = again  # the fixture closes it
+        job = again.engine.jobs.get(job_id)
+        assert job.state == "failed" and job.error is not None
+        assert job.error["code"] == "interrupted"
+        assert "API stopped" in job.error["message"]  # its own store's word
+        assert job_notes(again.hosts.zfs) == {}
+    finally:
+        release.set()
+
+
+def test_jobs_are_not_noted_on_a_single_appliance_nor_off_the_pairs_pools(
+        pair: Pair, tmp_path: Path) -> None:
+    hosts = fake_hosts(POOL)
+    engine = Engine.create(Settings().with_state_dir(tmp_path / "single"), hosts.adapters())
+    engine.start()
+    try:
+        job_id, release = held_job(engine, "pool.scrub", POOL)
+        assert job_notes(hosts.zfs) == {}
+        release.set()
+        assert engine.jobs.wait(job_id, 10).state == "succeeded"
+    finally:
+        engine.close()
+    # in the pair: a job about something that is not one of the pair's pools, and a
+    # take (it moves the pool itself), are not noted
+    other, release = held_job(pair.a, "replication.run", "nightly")
+    try:
+        assert job_notes(pair.a.hosts.zfs) == {}
+    finally:
+        release.set()
+    assert pair.a.engine.jobs.wait(other, 10).state == "succeeded"
