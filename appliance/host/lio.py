@@ -17,6 +17,11 @@ More precisely (held by ``appliance.host.contract.lio_checks``):
   generate_node_acls=0, demo_mode_write_protect=1, cache_dynamic_acls=0; enabled.
 - A LUN dropped from the spec takes its backstore with it when nothing else exports it.
   Removing an ACL ends that initiator's session.
+- A LUN whose spec names a ``pr_dataset`` keeps its persistent-reservation (APTPL)
+  file on that mounted ZFS file system (:class:`AptplHomes`): the kernel writes
+  ``<dbroot>/pr/aptpl_<serial>`` and rtslib reads it back when it makes the backstore,
+  so that path becomes a link into the pool, and the registrations move with the pool
+  to whichever node imports it next (docs/ha.md).
 - ``list_targets`` reads back the spec in normal form: LUNs by number, ACLs by IQN,
   portals sorted, only the :data:`VAAI_ATTRIBUTES` keys; ``sessions`` are the initiators
   logged in now. ``summarize_targets`` agrees with it on LUN count and sessions.
@@ -25,8 +30,10 @@ More precisely (held by ``appliance.host.contract.lio_checks``):
 from __future__ import annotations
 
 import glob
+import logging
 import os
 import re
+import shutil
 import stat
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
@@ -42,6 +49,8 @@ from appliance.errors import (
     Unavailable,
     ZdsError,
 )
+
+log = logging.getLogger(__name__)
 
 # VAAI and thin-provisioning attributes ZDS sets on every zvol LUN (ESXi needs them).
 VAAI_ATTRIBUTES: Mapping[str, int] = {
@@ -78,6 +87,10 @@ class LunSpec:
     serial: str  # unit serial (stable forever: ESXi keys datastores on it)
     lun: int = 0
     attributes: Mapping[str, int] = field(default_factory=lambda: dict(VAAI_ATTRIBUTES))
+    # the mounted ZFS file system that keeps the LUN's persistent-reservation (APTPL)
+    # file, so it moves with the pool ("": under LIO's dbroot, on this node's disk).
+    # Not configfs state: never read back, never compared.
+    pr_dataset: str = ""
 
 
 @dataclass(frozen=True)
@@ -452,6 +465,90 @@ class ConfigfsReader:
         return None
 
 
+# Where, in a LUN's ``pr_dataset``, the APTPL files are kept.
+APTPL_DIR = ".zds-lio-pr"
+
+
+# /proc/self/mounts (Debian 12, zfs 2.3.2), the lines AptplHomes reads:
+#   hapool /hapool zfs rw,noatime,xattr,posixacl,casesensitive 0 0
+#   hapool/datastores /hapool/datastores zfs rw,noatime,xattr,posixacl,casesensitive 0 0
+#   /dev/vda1 / ext4 rw,relatime,errors=remount-ro 0 0
+def parse_zfs_mounts(text: str) -> dict[str, str]:
+    """ZFS file systems mounted now: dataset -> mount path (the kernel writes a space
+    in either as ``\\040``)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == "zfs":
+            out[fields[0].replace("\\040", " ")] = fields[1].replace("\\040", " ")
+    return out
+
+
+def keep_aptpl_in(dbroot: str, serial: str, home: str) -> bool:
+    """Makes ``<dbroot>/pr/aptpl_<serial>`` a link to ``<home>/aptpl_<serial>``: the
+    kernel opens that path to write the LUN's APTPL registrations (following links) and
+    rtslib reads it when it makes the backstore. A file already there (kept before, on
+    this node's disk) moves into ``home`` unless ``home`` has one: the pool's own state
+    is the newer one after a takeover. Returns whether anything changed."""
+    link = os.path.join(dbroot, "pr", f"aptpl_{serial}")
+    target = os.path.join(home, f"aptpl_{serial}")
+    if os.path.islink(link):
+        if os.readlink(link) == target:
+            return False
+        os.unlink(link)
+    elif os.path.exists(link):
+        os.makedirs(home, mode=0o700, exist_ok=True)
+        if os.path.exists(target):
+            os.unlink(link)
+        else:
+            shutil.move(link, target)
+    os.makedirs(home, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(target, link)
+    return True
+
+
+class AptplHomes:
+    """Where each LUN's APTPL file is kept, for one apply: its ``pr_dataset``'s mount
+    (read once from ``mounts_file``). A LUN whose file system is not mounted keeps its
+    file under the dbroot, as LIO does by default (logged: after a takeover its
+    registrations would be missing)."""
+
+    def __init__(self, dbroot: str | None, mounts_file: str = "/proc/self/mounts") -> None:
+        self.dbroot = dbroot
+        self._mounts_file = mounts_file
+        self._mounts: dict[str, str] | None = None
+
+    def place(self, lun: LunSpec) -> None:
+        if not self.dbroot or not lun.pr_dataset:
+            return
+        if self._mounts is None:
+            try:
+                with open(self._mounts_file, encoding="utf-8") as f:
+                    self._mounts = parse_zfs_mounts(f.read())
+            except OSError as exc:
+                log.warning("cannot read %s: %s", self._mounts_file, exc)
+                self._mounts = {}
+        mount = self._mounts.get(lun.pr_dataset)
+        if mount is None:
+            log.warning("%s is not mounted: the persistent reservations of %s stay on "
+                        "this node's disk", lun.pr_dataset, lun.backstore)
+            return
+        try:
+            if keep_aptpl_in(self.dbroot, lun.serial, os.path.join(mount, APTPL_DIR)):
+                log.info("persistent reservations of %s kept on %s", lun.backstore,
+                         lun.pr_dataset)
+        except OSError as exc:  # the LUN is served all the same; the log says why
+            log.warning("cannot keep the persistent reservations of %s on %s: %s",
+                        lun.backstore, lun.pr_dataset, exc)
+
+
+def _dbroot(root: Any) -> str | None:
+    """The kernel's dbroot as rtslib's RTSRoot names it (None: unknown)."""
+    db = getattr(root, "dbroot", None)
+    return db if isinstance(db, str) and db.startswith("/") else None
+
+
 class Lio:
     """:class:`LioHost` on the kernel target through rtslib-fb, in this process.
 
@@ -462,9 +559,11 @@ class Lio:
     """
 
     def __init__(self, device_check: Callable[[str], bool] = _is_block_device,
-                 configfs_root: str = CONFIGFS_TARGET) -> None:
+                 configfs_root: str = CONFIGFS_TARGET,
+                 mounts_file: str = "/proc/self/mounts") -> None:
         self._device_check = device_check
         self.reader = ConfigfsReader(configfs_root)
+        self._mounts_file = mounts_file  # where AptplHomes finds the pools' mounts
 
     # ---- rtslib plumbing ----------------------------------------------------------
     @staticmethod
@@ -497,8 +596,8 @@ class Lio:
             raise Unavailable(f"LIO is not available ({what}): {exc}") from exc
         # The kernel writes persistent-reservation (APTPL) and ALUA state under its
         # dbroot and fails PR OUT REGISTER when <dbroot>/pr is missing.
-        db = getattr(root, "dbroot", None)
-        if isinstance(db, str) and db.startswith("/"):
+        db = _dbroot(root)
+        if db is not None:
             for sub in ("pr", "alua"):
                 with suppress(OSError):
                     os.makedirs(os.path.join(db, sub), exist_ok=True)
@@ -590,10 +689,11 @@ class Lio:
         number of targets; a device another backstore holds is refused by the kernel
         (exclusive open, rtslib's is_dev_in_use) and reported as Conflict."""
         self._check(spec)
-        with self._session(f"configure target {spec.iqn}") as (rtslib, _root, fabric):
+        with self._session(f"configure target {spec.iqn}") as (rtslib, root, fabric):
             index = {lun.backstore: info for lun in spec.luns
                      if (info := self.reader.backstore(lun.backstore)) is not None}
-            self._apply(rtslib, fabric, spec, index, _HbaIndexes.of(self.reader), {})
+            self._apply(rtslib, fabric, spec, index, _HbaIndexes.of(self.reader), {},
+                        AptplHomes(_dbroot(root), self._mounts_file))
 
     def apply_targets(self, specs: Sequence[TargetSpec]) -> dict[str, ZdsError]:
         """One rtslib session and one read of the backstores for the whole batch."""
@@ -607,14 +707,15 @@ class Lio:
                 failed[spec.iqn] = exc
         if not todo:
             return failed
-        with self._session("configure targets") as (rtslib, _root, fabric):
+        with self._session("configure targets") as (rtslib, root, fabric):
             index = self.reader.backstores()
             hbas = _HbaIndexes.of(self.reader)
+            homes = AptplHomes(_dbroot(root), self._mounts_file)
             for spec in todo:
                 made: dict[str, BackstoreInfo] = {}
                 try:
                     with self._errors(rtslib, f"configure target {spec.iqn}"):
-                        self._apply(rtslib, fabric, spec, index, hbas, made)
+                        self._apply(rtslib, fabric, spec, index, hbas, made, homes)
                 except ZdsError as exc:
                     failed[spec.iqn] = exc
                     continue
@@ -631,14 +732,14 @@ class Lio:
 
     def _apply(self, rtslib: Any, fabric: Any, spec: TargetSpec,
                index: dict[str, BackstoreInfo], hbas: _HbaIndexes,
-               made: dict[str, BackstoreInfo]) -> None:
+               made: dict[str, BackstoreInfo], homes: AptplHomes) -> None:
         """Makes one target match ``spec``; ``index`` holds its backstores (or all).
         A target this call made is removed again when a later step fails, with the
         backstores made for it, so a refused apply leaves nothing behind."""
         self._check_backstores(rtslib, spec, index)
         existed = self._find_target(rtslib, fabric, spec.iqn) is not None
         try:
-            self._apply_steps(rtslib, fabric, spec, index, hbas, made)
+            self._apply_steps(rtslib, fabric, spec, index, hbas, made, homes)
         except Exception:
             if not existed:
                 with suppress(Exception):
@@ -653,7 +754,7 @@ class Lio:
 
     def _apply_steps(self, rtslib: Any, fabric: Any, spec: TargetSpec,
                      index: dict[str, BackstoreInfo], hbas: _HbaIndexes,
-                     made: dict[str, BackstoreInfo]) -> None:
+                     made: dict[str, BackstoreInfo], homes: AptplHomes) -> None:
         target = rtslib.Target(fabric, spec.iqn, mode="any")
         tpg: Any = rtslib.TPG(target, 1, mode="any")
         # portals
@@ -676,6 +777,8 @@ class Lio:
         objects = {n: self._block_object(rtslib, index[n]) for n in
                    {lun.backstore for lun in spec.luns} if n in index}
         for lun_spec in spec.luns:
+            # before the backstore is made: rtslib reads the APTPL file as it makes it
+            homes.place(lun_spec)
             so = objects.get(lun_spec.backstore)
             if so is not None and (so.udev_path != lun_spec.device
                                    or so.wwn != lun_spec.serial):

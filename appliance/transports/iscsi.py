@@ -37,7 +37,13 @@ from appliance.host.lio import check_spec as check_target
 from appliance.host.local import LocalHost
 from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.metrics.counters import BlockReading, Source, commands_values
-from appliance.model import DatastoreRecord, DatastoreSpec, InitiatorGroup, naa_wwn
+from appliance.model import (
+    DATASTORE_PARENT,
+    DatastoreRecord,
+    DatastoreSpec,
+    InitiatorGroup,
+    naa_wwn,
+)
 from appliance.settings import Settings
 from appliance.store import Store
 from appliance.transports.base import (
@@ -83,7 +89,9 @@ def target_spec(rec: DatastoreRecord, device: str, groups: Mapping[str, Initiato
         chap = Chap(access.chap.user, access.chap.secret, access.chap.mutual_user,
                     access.chap.mutual_secret)
     acls = tuple(AclSpec(i, chap) for i in sorted(set(initiators)))
-    lun = LunSpec(backstore=backstore_name(rec.name), device=device, serial=rec.serial)
+    # its persistent reservations (APTPL) live on the pool, so they move with it
+    lun = LunSpec(backstore=backstore_name(rec.name), device=device, serial=rec.serial,
+                  pr_dataset=f"{rec.spec.pool}/{DATASTORE_PARENT}")
     return TargetSpec(iqn=rec.iqn, luns=(lun,), acls=acls, portals=(portal,))
 
 

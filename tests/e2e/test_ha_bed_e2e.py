@@ -61,6 +61,34 @@ KEYS = {n.name: fence_scsi_key(CLUSTER, n.name) for n in NODES}
 SERVED: list[Served] = []
 
 
+# the client's own persistent-reservation key on the LUN, registered with APTPL (as VMFS
+# and Windows clusters register theirs); LIO writes keys in decimal
+CLIENT_PR_KEY = 0x5A5A
+SGP = "sg_persist --no-inquiry"
+
+
+def client_pr_keys(bed: HaBed, dev: str) -> str:
+    """The keys registered on the LUN, as the client reads them (a unit attention first
+    after a takeover: a few tries)."""
+    out = ""
+    for _ in range(4):
+        rc, out = bed.client.exec(f"{SGP} --in --read-keys {dev}", timeout=120)
+        if rc == 0:
+            return out
+        time.sleep(2)
+    raise AssertionError(out)
+
+
+def check_pr_key_kept(bed: HaBed, node: str, served: Served) -> None:
+    """The client's APTPL registration is still there, and ``node`` keeps its file on
+    the pool (the link under LIO's dbroot points into hapool/datastores)."""
+    keys = client_pr_keys(bed, served.dev)
+    assert hex(CLIENT_PR_KEY) in keys, keys
+    serial = served.lun[4]
+    where = bed.nodes[node].check(f"readlink -f /etc/rtslib-fb-target/pr/aptpl_{serial}")
+    assert where.strip().startswith(f"/{POOL}/datastores/"), where
+
+
 def check_served_through(t: Takeover, served: Served) -> None:
     """What every takeover must keep: the same identities on the new node, the client's
     record and block read back through the mount and session it had, no drift, every
@@ -121,6 +149,13 @@ def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
         r = api.put(f"/datastores/{LUN_DS}", json=lun_body())
         assert r.status_code == 503, r.text
     served = serve(ha_bed, active)
+    # the client registers a key with APTPL: LIO writes it to the file on the pool
+    ha_bed.client.check(f"{SGP} --out --register --param-sark={hex(CLIENT_PR_KEY)} "
+                        f"--param-aptpl {served.dev}", timeout=120)
+    aptpl = ha_bed.nodes[active].check(
+        f"cat /{POOL}/datastores/.zds-lio-pr/aptpl_{served.lun[4]}")
+    assert f"sa_res_key={CLIENT_PR_KEY}" in aptpl, aptpl
+    check_pr_key_kept(ha_bed, active, served)
     with ha_bed.api(active) as api:
         c = ok(api.get("/cluster"))
         assert c["node"] == active and c["pools"][0]["node"] == active, c
@@ -205,6 +240,8 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
               f"crm_mon showed the group); the survivor's take: {t.last_takeover}")
         check_served_through(t, served)
         assert t.last_takeover and t.last_takeover["fenced"] == victim, t.last_takeover
+        # the client's reservation key came along with the pool (APTPL on the pool)
+        check_pr_key_kept(ha_bed, survivor, served)
         # the probe that ran on the victim reads interrupted on the survivor, under its
         # id, through the address the client used; the pool carries no note after
         with ha_bed.api(survivor) as api:
@@ -278,4 +315,5 @@ def test_4_planned_failover_moves_the_pool_with_the_same_identities(ha_bed: HaBe
     print(f"\n[e2e] planned failover {src} -> {dst}: job {t.extra['job_s']} s "
           f"({job['result']}); take on {dst}: {t.last_takeover}")
     check_served_through(t, SERVED[0])
+    check_pr_key_kept(ha_bed, dst, SERVED[0])
     assert NFS_DS not in left and LUN_DS not in left, left

@@ -26,7 +26,15 @@ import pytest
 
 from appliance.errors import Conflict, InvalidInput, NotFound, Unavailable
 from appliance.host.contract import lio_checks
-from appliance.host.lio import VAAI_ATTRIBUTES, AclSpec, Chap, Lio, LunSpec, TargetSpec
+from appliance.host.lio import (
+    APTPL_DIR,
+    VAAI_ATTRIBUTES,
+    AclSpec,
+    Chap,
+    Lio,
+    LunSpec,
+    TargetSpec,
+)
 
 DEVICES = ["/dev/zvol/ctpool/l0", "/dev/zvol/ctpool/l1"]
 
@@ -185,7 +193,10 @@ def real_lio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[
     os.makedirs(cfs.root)
     cfs.populate(cfs.root)
     Path(cfs.root, "dbroot").write_text(str(tmp_path / "dbroot"))
-    yield Lio(device_check=lambda p: p in DEVICES, configfs_root=cfs.root), cfs
+    mounts = tmp_path / "mounts"  # the pool's datastores file system, for APTPL files
+    mounts.write_text(f"ctpool/datastores {tmp_path / 'ctpool-mnt'} zfs rw,noatime 0 0\n")
+    yield Lio(device_check=lambda p: p in DEVICES, configfs_root=cfs.root,
+              mounts_file=str(mounts)), cfs
     for name in [m for m in sys.modules if m == "rtslib_fb" or m.startswith("rtslib_fb.")]:
         del sys.modules[name]
 
@@ -340,6 +351,33 @@ def test_dbroot_pr_and_alua_made_and_backstore_cache_dropped(
     # the kernel writes persistent-reservation state here; PR OUT fails without it
     assert (tmp_path / "dbroot" / "pr").is_dir() and (tmp_path / "dbroot" / "alua").is_dir()
     assert "iblock/stale" not in rtslib.tcm.bs_cache
+
+
+def test_a_luns_aptpl_registrations_are_read_from_its_pool_when_its_backstore_is_made(
+        real_lio: tuple[Lio, Configfs], tmp_path: Path) -> None:
+    """The pool came from the other node with a registration in its APTPL file: the
+    link under the dbroot is made before the backstore, so rtslib reads the pool's file
+    and hands it to the kernel (res_aptpl_metadata); the kernel's next write goes
+    through the same link to the pool."""
+    lio, cfs = real_lio
+    serial = "6a1e5c3d-0000-4000-8000-000000000001"
+    home = tmp_path / "ctpool-mnt" / APTPL_DIR
+    home.mkdir(parents=True)
+    (home / f"aptpl_{serial}").write_text(
+        "PR_REG_START: 0\ninitiator_fabric=iSCSI\n"
+        "initiator_node=iqn.1998-01.com.vmware:esx1\nsa_res_key=195\nPR_REG_END: 0\n")
+    lun = LunSpec("zds-vm01", DEVICES[0], serial, pr_dataset="ctpool/datastores")
+    lio.apply_target(spec(luns=(lun,)))
+    link = tmp_path / "dbroot" / "pr" / f"aptpl_{serial}"
+    assert os.readlink(link) == str(home / f"aptpl_{serial}")
+    [meta] = glob.glob(f"{cfs.root}/core/iblock_*/zds-vm01/pr/res_aptpl_metadata")
+    assert "initiator_node=iqn.1998-01.com.vmware:esx1" in Path(meta).read_text()
+    assert "sa_res_key=195" in Path(meta).read_text()
+    # the pool's file system is not mounted here: LIO's default, a file of its own
+    other = LunSpec("zds-vm02", DEVICES[1], "6a1e5c3d-0000-4000-8000-000000000002",
+                    pr_dataset="otherpool/datastores")
+    lio.apply_target(spec(iqn="iqn.2026-11.org.zds:vm02", luns=(other,)))
+    assert not os.path.lexists(tmp_path / "dbroot" / "pr" / f"aptpl_{other.serial}")
 
 
 def test_reader_skips_what_vanishes_mid_walk(real_lio: tuple[Lio, Configfs]) -> None:
