@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from dataclasses import asdict
 from typing import Any
 
@@ -81,7 +82,8 @@ def cmd_openapi(args: argparse.Namespace) -> int:
 def cmd_token(args: argparse.Namespace) -> int:
     tokens = wiring(args).tokens(settings_of(args))
     if args.token_cmd == "create":
-        token = tokens.create(args.name, args.role)
+        given = sys.stdin.readline().strip() if args.stdin else None
+        token = tokens.create(args.name, args.role, given)
         out(args, {"token": token, "role": args.role, "name": args.name}, lambda d: d["token"])
     elif args.token_cmd == "list":
         out(args, tokens.list(), lambda rows: table(rows, ["id", "name", "role", "created",
@@ -184,6 +186,9 @@ def register(sub: Any) -> None:
     tc = tsub.add_parser("create")
     tc.add_argument("--role", choices=["admin", "readonly"], default="readonly")
     tc.add_argument("--name", default="cli")
+    tc.add_argument("--stdin", action="store_true",
+                    help="import the token read from standard input instead of making one "
+                         "(the same token on both nodes of an HA pair: docs/ha.md)")
     tsub.add_parser("list")
     tr = tsub.add_parser("revoke")
     tr.add_argument("id")

@@ -13,7 +13,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from appliance.errors import InvalidInput, NotFound, Unauthorized
+from appliance.errors import Conflict, InvalidInput, NotFound, Unauthorized
 from appliance.store import Store
 
 Role = Literal["admin", "readonly"]
@@ -37,7 +37,9 @@ class TokenService:
         self.store = store
 
     def create(self, name: str, role: str, token: str | None = None) -> str:
-        """A new token (shown once). ``token`` imports a given one (first boot)."""
+        """A new token (shown once). ``token`` imports a given one (first boot, or the
+        same token on both nodes of an HA pair); importing it again changes nothing,
+        and a given token whose id is here with another secret is refused."""
         if role not in ROLES:
             raise InvalidInput(f"invalid role {role!r}: admin or readonly")
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.@-]{1,64}", name):
@@ -47,8 +49,12 @@ class TokenService:
         m = _TOKEN.fullmatch(token)
         if not m:
             raise InvalidInput("malformed token (expected zds_<12 hex>_<43 characters>)")
-        if self.store.get_token(m.group(1)) is None:
+        have = self.store.get_token(m.group(1))
+        if have is None:
             self.store.add_token(m.group(1), name, role, _digest(m.group(2)))
+        elif not hmac.compare_digest(have["hash"], _digest(m.group(2))):
+            raise Conflict(f"token {m.group(1)} exists here with another secret: revoke it "
+                           "first to import this one")
         return token
 
     @staticmethod

@@ -830,6 +830,38 @@ def prepare_node(app: E2EAppliance, spec: NodeSpec, authkey: bytes) -> None:
               "udevadm control --reload && systemctl restart nftables iscsid")
 
 
+# Where each node keeps the pair's shared API token (what the ha role's ha__api_tokens
+# imports), for the tests to read back from the configured bed.
+PAIR_TOKEN_FILE = "/root/habed-pair-token"
+
+
+def pair_certificate(app: E2EAppliance) -> tuple[str, str]:
+    """A certificate for the service address and both nodes (what an admin gives the ha
+    role's ha__tls_cert_file), made on ``app``: (certificate, key) in PEM."""
+    names = ",".join([f"IP:{VIP}", "IP:127.0.0.1", *(f"DNS:{n.name}" for n in NODES)])
+    app.check("openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+              f"-days 3650 -subj /CN={CLUSTER} -addext subjectAltName={names} "
+              "-keyout /root/pair-key.pem -out /root/pair-cert.pem 2>/dev/null", timeout=120)
+    return app.check("cat /root/pair-cert.pem"), app.check("cat /root/pair-key.pem")
+
+
+def one_api(app: E2EAppliance, cert: str, key: str, token: str) -> None:
+    """What the ha role does with ha__tls_cert_file/key and ha__api_tokens: the same
+    certificate and the same token on this node, the API restarted on the certificate."""
+    _put(app, "/etc/zds/tls/cert.pem", cert, "0644")
+    _put(app, "/etc/zds/tls/key.pem", key, "0600")
+    _put(app, PAIR_TOKEN_FILE, token + "\n", "0600")
+    app.check(f"/opt/zds/venv/bin/zds token create --name pair --role admin --stdin "
+              f"< {PAIR_TOKEN_FILE} >/dev/null && systemctl restart zds-api", timeout=300)
+    deadline = time.monotonic() + 300
+    while True:
+        with contextlib.suppress(httpx.HTTPError), api_client(app.api_url, token) as api:
+            if api.get("/system/health").status_code == 200:
+                return
+        assert time.monotonic() < deadline, "the API did not come back on the pair's certificate"
+        time.sleep(3)
+
+
 def attach_luns(app: E2EAppliance) -> None:
     """Logs in to the jbod's target (a node record with startup=automatic, so a rebooted
     node logs in again) and waits for the LUNs' wwn- links."""
@@ -986,6 +1018,10 @@ def _configure(bed: HaBed, timings: dict[str, float]) -> None:
     step("network_jbod_nodes", {
         "jbod": partial(setup_jbod, bed.jbod),
         **{n.name: partial(prepare_node, bed.nodes[n.name], n, authkey) for n in NODES}})
+    cert, key = pair_certificate(bed.nodes[a.name])
+    token = f"zds_{secrets.token_hex(6)}_{secrets.token_urlsafe(32)}"
+    step("one_api", {n.name: partial(one_api, bed.nodes[n.name], cert, key, token)
+                     for n in NODES})
     step("iscsi_login", {n.name: partial(attach_luns, bed.nodes[n.name]) for n in NODES})
     step("pool_create", {a.name: partial(make_pool, bed.nodes[a.name])})
     step("partitions_reread", {b.name: partial(reread_partitions, bed.nodes[b.name])})

@@ -23,14 +23,25 @@ the module."""
 from __future__ import annotations
 
 import os
+import ssl
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from appliance.transports.nfs import export_block
-from tests.e2e.habed import CLUSTER, DATA, NODES, POOL, VIP, HaBed, fence_scsi_key
+from tests.e2e.habed import (
+    CLUSTER,
+    DATA,
+    NODES,
+    PAIR_TOKEN_FILE,
+    POOL,
+    VIP,
+    HaBed,
+    fence_scsi_key,
+)
 from tests.e2e.harounds import (
     GROUP_RSCS,
     LUN_DS,
@@ -46,7 +57,7 @@ from tests.e2e.harounds import (
     rejoin,
     serve,
 )
-from tests.e2e.rest import ok
+from tests.e2e.rest import api_client, ok
 
 pytestmark = [
     pytest.mark.e2e,
@@ -133,6 +144,25 @@ def test_1_pair_formed_and_every_node_registered_on_every_lun(ha_bed: HaBed) -> 
     assert ha_bed.nodes[active].check(f"zpool get -H -o value multihost {POOL}").strip() == "on"
     rc, body = ha_bed.client_get()
     assert rc == 0 and body.strip() == DATA, body
+
+
+def test_1a_the_same_certificate_and_token_on_both_nodes(ha_bed: HaBed) -> None:
+    """One API on both nodes (what the ha role's ha__tls_cert_file/key and ha__api_tokens
+    set): each node's API presents the pair's certificate, naming the service address,
+    and takes the pair's token. A client of the service address finds the same server
+    and keeps its token whichever node holds the pool."""
+    token = ha_bed.nodes[NODES[0].name].check(f"cat {PAIR_TOKEN_FILE}").strip()
+    seen: dict[str, bytes] = {}
+    for name, app in ha_bed.nodes.items():
+        url = urlsplit(app.api_url)
+        pem = ssl.get_server_certificate((url.hostname or "127.0.0.1", url.port or 443))
+        seen[name] = ssl.PEM_cert_to_DER_cert(pem)
+        with api_client(app.api_url, token) as api:
+            assert ok(api.get("/cluster"))["node"] == name
+    assert len(set(seen.values())) == 1, "the nodes present different certificates"
+    text = ha_bed.nodes[NODES[0].name].check(
+        "openssl x509 -noout -ext subjectAltName -in /etc/zds/tls/cert.pem")
+    assert f"IP Address:{VIP}" in text, text
 
 
 def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:

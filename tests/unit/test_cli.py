@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,10 @@ import uvicorn
 from api.cli import main
 from appliance.demo import demo_engine
 from appliance.engine import Engine
+from appliance.errors import Unauthorized
+from appliance.services.tokens import TokenService
+from appliance.settings import Settings
+from appliance.store import Store
 from tests.unit.http_server import serve
 
 
@@ -120,6 +125,37 @@ def test_local_token_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "hash" not in rows[0]
     assert main([*base, "token", "revoke", rows[0]["id"]]) == 0
     assert main([*base, "token", "revoke", rows[0]["id"]]) == 2  # not found: clear error
+
+
+def test_a_token_imported_on_two_nodes_opens_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An HA pair's shared token (docs/ha.md): made on one node, imported from stdin on
+    the other, where it verifies; importing it again changes nothing; a token with the
+    same id and another secret is refused (exit 2, the error said) and does not verify."""
+    nodes = [["--state-dir", str(tmp_path / n), "--config", str(tmp_path / "none.toml")]
+             for n in ("ha-a", "ha-b")]
+    assert main([*nodes[0], "--json", "token", "create", "--role", "admin",
+                 "--name", "pair"]) == 0
+    token = json.loads(capsys.readouterr().out)["token"]
+    for _ in range(2):
+        monkeypatch.setattr("sys.stdin", io.StringIO(token + "\n"))
+        assert main([*nodes[1], "--json", "token", "create", "--role", "admin",
+                     "--name", "pair", "--stdin"]) == 0
+        assert json.loads(capsys.readouterr().out)["token"] == token
+    main([*nodes[1], "--json", "token", "list"])
+    assert [(r["name"], r["role"]) for r in json.loads(capsys.readouterr().out)] == \
+        [("pair", "admin")]
+    settings = Settings().with_state_dir(tmp_path / "ha-b")
+    store = Store(settings.db_path)
+    assert TokenService(store).verify(token).role == "admin"
+    other = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+    monkeypatch.setattr("sys.stdin", io.StringIO(other + "\n"))
+    assert main([*nodes[1], "token", "create", "--role", "admin", "--stdin"]) == 2
+    assert "another secret" in capsys.readouterr().err
+    with pytest.raises(Unauthorized):
+        TokenService(store).verify(other)
+    store.close()
 
 
 def test_serve_bounds_the_connections_uvicorn_takes(tmp_path: Path,
