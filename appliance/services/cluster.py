@@ -490,8 +490,13 @@ class ClusterService:
         ran on the node that held the pool before and died, so it is recorded failed
         (``interrupted``) under its id; notes of jobs that finished here go. A job that
         runs here now keeps its note. Returns the ids recorded interrupted. Call it
-        with the pool imported, under the change lock."""
-        root = self.ctx.zfs.get_dataset(pool)
+        with the pool imported, under the change lock. A failing read or clear is
+        logged, never raised: a takeover must not fail on a note."""
+        try:
+            root = self.ctx.zfs.get_dataset(pool)
+        except ZdsError as exc:
+            log.warning("cluster: cannot read the job notes of %s: %s", pool, exc.message)
+            return []
         if root is None:
             return []
         notes = {k[len(JOB_NOTE_PREFIX):]: v for k, v in root.properties.items()
@@ -512,7 +517,10 @@ class ClusterService:
                 recorded.append(job_id)
             settled.append(JOB_NOTE_PREFIX + job_id)
         if settled:
-            self.ctx.zfs.clear_root_user_properties(pool, settled)
+            try:
+                self.ctx.zfs.clear_root_user_properties(pool, settled)
+            except ZdsError as exc:  # the next take or start-up clears them
+                log.warning("cluster: cannot clear job notes on %s: %s", pool, exc.message)
         if recorded:
             log.warning("cluster: pool %s carried %d job(s) of a node that stopped while "
                         "they ran; recorded interrupted: %s", pool, len(recorded),

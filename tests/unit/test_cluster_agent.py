@@ -629,3 +629,25 @@ def test_jobs_are_not_noted_on_a_single_appliance_nor_off_the_pairs_pools(
     finally:
         release.set()
     assert pair.a.engine.jobs.wait(other, 10).state == "succeeded"
+
+
+def test_a_note_that_cannot_be_cleared_does_not_fail_the_take(
+        pair: Pair, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ZFS refusing the clear (a pool gone read-only, say) is logged; the take serves the
+    pool and the job still reads interrupted (the note is cleared by a later take)."""
+    from appliance.errors import HostCommandFailed
+
+    job_id, release = held_job(pair.a, "pool.scrub", POOL)
+    try:
+        def refuse(*_args: Any) -> None:
+            raise HostCommandFailed("cannot inherit: pool is read-only")
+
+        monkeypatch.setattr(pair.b.hosts.zfs, "clear_root_user_properties", refuse)
+        pair.hold(POOL, "ha-b")
+        pair.b.engine.cluster.refresh()
+        rc, lines = run_agent(pair.b, "start")
+        assert rc == agent.OCF_SUCCESS, lines
+        assert pair.b.engine.jobs.get(job_id).error["code"] == "interrupted"  # type: ignore[index]
+        assert set(job_notes(pair.b.hosts.zfs)) == {job_id}
+    finally:
+        release.set()
