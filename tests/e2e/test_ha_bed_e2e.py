@@ -13,15 +13,18 @@ its NFS mount and its iSCSI session. Through it all the client writes numbered r
 to the mount and the LUN; every one whose write returned must be read back from the
 survivor (acknowledged writes lost: 0). Each step's time is printed (from the survivor's
 journal, on the host's clock). Then the killed node boots again and rejoins as standby,
-having forgotten the pool's datastores, and a planned failover moves the pool back.
+having forgotten the pool's datastores, a planned failover moves the pool back, and
+both nodes lose power together and boot together: one imports the pool.
 
 The default run has the bed (restored configured, conftest/habed: about 25 s instead of
-9-12 min) and its first unplanned round, tests 1 to 2 (issue 21); the rejoin and the
-planned failover (about 9 min more under TCG) run with ZDS_E2E_HA=1. ZDS_E2E_HA=0 skips
+9-12 min) and its first unplanned round, tests 1 to 2 (issue 21); the rejoin, the
+planned failover and the power loss of both (about 15 min more under TCG) run with
+ZDS_E2E_HA=1. ZDS_E2E_HA=0 skips
 the module."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import ssl
 import time
@@ -46,12 +49,15 @@ from tests.e2e.harounds import (
     GROUP_RSCS,
     LUN_DS,
     LUN_TEXT,
+    MOUNT,
     NFS_DS,
     NFS_TEXT,
     Served,
     Takeover,
+    identity,
     kill_round,
     lun_body,
+    lun_read,
     nfs_body,
     planned_round,
     rejoin,
@@ -347,3 +353,53 @@ def test_4_planned_failover_moves_the_pool_with_the_same_identities(ha_bed: HaBe
     check_served_through(t, SERVED[0])
     check_pr_key_kept(ha_bed, dst, SERVED[0])
     assert NFS_DS not in left and LUN_DS not in left, left
+
+
+@after_the_first_round
+def test_5_both_nodes_lose_power_and_boot_at_once_one_imports(ha_bed: HaBed) -> None:
+    """Both nodes' QEMUs are killed together and started together (a rack's power
+    coming back): the pair forms again, exactly one node imports the pool and serves
+    it, the other is standby, both keys are back on every LUN, and the client reads its
+    record and block through the mount and session it had, with the same identities."""
+    for app in ha_bed.nodes.values():
+        app.kill()
+    t0 = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(ha_bed.nodes)) as pool:
+        for done in [pool.submit(app.boot_again) for app in ha_bed.nodes.values()]:
+            done.result()
+    booted = time.monotonic() - t0
+    first = NODES[0].name
+    s = ha_bed.wait_status(
+        first, lambda s: set(s.online) == set(ha_bed.nodes)
+        and len({s.node_of(r) for r in GROUP_RSCS}) == 1 and all(
+            s.node_of(r) for r in GROUP_RSCS), timeout=900, what="serving on one node")
+    serving = time.monotonic() - t0
+    holder = s.node_of(GROUP_RSCS[0])
+    imported = sorted(n for n, app in ha_bed.nodes.items()
+                      if app.exec(f"zpool list -H {POOL}")[0] == 0)
+    assert imported == [holder], f"the pool is imported on {imported}, served by {holder}"
+    deadline = time.monotonic() + 300
+    keys = ha_bed.keys(holder)
+    while not all(sorted(k) == sorted(KEYS.values()) for k in keys.values()):
+        assert time.monotonic() < deadline, f"not both keys back after 300 s: {keys}"
+        time.sleep(5)
+        keys = ha_bed.keys(holder)
+    deadline = time.monotonic() + 120
+    while ha_bed.client_get()[0] != 0:
+        assert time.monotonic() < deadline, "the client cannot read through the VIP"
+        time.sleep(2)
+    with ha_bed.api(ha_bed.peer(holder)) as api:
+        h = ok(api.get("/system/health"))
+    print(f"\n[e2e] both nodes killed and started together: booted in {booted:.1f} s, "
+          f"the group on {holder} {serving:.1f} s after the start; the other says "
+          f"{(h.get('cluster') or {}).get('role')}")
+    if SERVED:
+        served = SERVED[0]
+        with ha_bed.api(holder) as api:
+            got = {k: identity(ok(api.get(f"/datastores/{n}")))
+                   for k, n in (("nfs", NFS_DS), ("lun", LUN_DS))}
+        assert got == {"nfs": served.nfs, "lun": served.lun}, got
+        assert ha_bed.client.check(f"timeout 600 cat {MOUNT}/record",
+                                   timeout=660).strip() == NFS_TEXT
+        assert lun_read(ha_bed, served.dev) == LUN_TEXT
+        check_pr_key_kept(ha_bed, holder, served)
