@@ -492,17 +492,13 @@ def keep_aptpl_in(dbroot: str, serial: str, home: str) -> bool:
     is the newer one after a takeover. Returns whether anything changed."""
     link = os.path.join(dbroot, "pr", f"aptpl_{serial}")
     target = os.path.join(home, f"aptpl_{serial}")
-    if os.path.islink(link):
-        if os.readlink(link) == target:
-            return False
-        os.unlink(link)
-    elif os.path.exists(link):
-        os.makedirs(home, mode=0o700, exist_ok=True)
-        if os.path.exists(target):
-            os.unlink(link)
-        else:
-            shutil.move(link, target)
+    if os.path.islink(link) and os.readlink(link) == target:
+        return False
     os.makedirs(home, mode=0o700, exist_ok=True)
+    if os.path.islink(link) or (os.path.exists(link) and os.path.exists(target)):
+        os.unlink(link)  # a link elsewhere, or a file older than the pool's
+    elif os.path.exists(link):
+        shutil.move(link, target)
     os.makedirs(os.path.dirname(link), exist_ok=True)
     os.symlink(target, link)
     return True
