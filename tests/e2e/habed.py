@@ -93,6 +93,11 @@ MMP_FAIL_INTERVALS = 0  # see prepare_node()
 # the nodes' iSCSI NOP-Out ping: every 10 s, 60 s to answer (the default 5 s drops the
 # session when a loaded host stalls the JBOD guest, and the re-login takes ~45 s)
 NOOP_INTERVAL_S, NOOP_TIMEOUT_S = 10, 60
+# fence_scsi -o off on the two LUNs takes ~8 s here (detected at ~11 s, fenced at
+# ~16-18 s after a kill): the split brain's tie-breaker is about twice that
+PRIORITY_FENCING_DELAY = "15s"
+WATCHDOG_INTERVAL_S = 10
+SELF_FENCE_CHECK = "fence_scsi_check_hardreboot"
 ROLE_TEMPLATES = REPO / "ansible" / "roles" / "ha" / "templates"
 
 
@@ -197,6 +202,16 @@ def shared_disks_rules(luns: int = LUN_COUNT) -> str:
         "0x" + naa_wwn(lun_serial(i))[len("naa."):] for i in range(luns)])
 
 
+def watchdog_files() -> dict[str, str]:
+    """The ha role's self-fencing files (path: text): the watchdog daemon running
+    fence_scsi_check_hardreboot every WATCHDOG_INTERVAL_S, and the check's retries."""
+    role = {"ha__watchdog_interval": WATCHDOG_INTERVAL_S, "ha__watchdog_device": "",
+            "ha__self_fence_retries": 2, "ha__self_fence_retry_sleep": 5}
+    return {"/etc/watchdog.conf": _role_template("watchdog.conf.j2", **role),
+            "/etc/default/watchdog": _role_template("watchdog.default.j2", **role),
+            "/etc/sysconfig/stonith": _role_template("stonith.j2", **role)}
+
+
 def crm_config(nodes: tuple[NodeSpec, ...] = NODES, luns: int = LUN_COUNT) -> str:
     """The pacemaker configuration from the ha role's own template (crmsh's language,
     ``crm configure load update``): fence_scsi on the LUNs (``provides=unfencing``), and
@@ -213,6 +228,7 @@ def crm_config(nodes: tuple[NodeSpec, ...] = NODES, luns: int = LUN_COUNT) -> st
         ha__nodes=[{"name": n.name} for n in nodes],
         ha__fence_devices=[lun_path(i) for i in range(luns)],
         ha__fence_resource=FENCE_RSC, ha__stonith_timeout="180s", ha__stickiness=100,
+        ha__priority_fencing_delay=PRIORITY_FENCING_DELAY, ha__pool_priority=10,
         ha__pool_start_timeout="300s", ha__pool_stop_timeout="180s",
         ha__pool_monitor_interval="20s",
         ha__pools=[{"name": POOL, "address": VIP, "cidr_netmask": 24, "also": [WWW_RSC]}],
@@ -816,6 +832,10 @@ def prepare_node(app: E2EAppliance, spec: NodeSpec, authkey: bytes) -> None:
     _put(app, "/etc/corosync/authkey", authkey, "0400")
     _put(app, "/etc/corosync/corosync.conf", corosync_conf())
     _put(app, "/etc/udev/rules.d/61-zds-ha-shared-disks.rules", shared_disks_rules())
+    for path, text in watchdog_files().items():
+        _put(app, path, text)
+    app.check(f"mkdir -p /etc/watchdog.d && ln -sf /usr/share/cluster/{SELF_FENCE_CHECK} "
+              f"/etc/watchdog.d/{SELF_FENCE_CHECK}")
     # the bed's service port on the node's firewall (a drop-in, like the ha role's)
     _put(app, "/etc/nftables.zds.d/habed.nft",
          f'tcp dport {WWW_PORT} accept comment "habed www"\n')
@@ -890,9 +910,10 @@ def reread_partitions(app: E2EAppliance) -> None:
 
 
 def start_cluster(app: E2EAppliance) -> None:
-    """Starts the stack, and at every boot from now on (a configured pair: a node that
-    comes back rejoins, and pacemaker unfences it before it runs anything)."""
-    app.check("systemctl enable --now corosync pacemaker", timeout=180)
+    """Starts the stack and the watchdog's self-check, and at every boot from now on (a
+    configured pair: a node that comes back rejoins, and pacemaker unfences it before it
+    runs anything)."""
+    app.check("systemctl enable --now corosync pacemaker watchdog", timeout=180)
 
 
 def make_pool(app: E2EAppliance) -> None:

@@ -194,9 +194,30 @@ def test_crm_config_fences_with_scsi_keys_and_groups_zds_agent_ip_service() -> N
     assert f"ip={H.VIP} cidr_netmask=24" in crm
     assert crm.rstrip().endswith("group zds-hapool zds-hapool-pool zds-hapool-ip ha-www")
     assert not any(line.startswith("#") for line in crm.splitlines())  # CIB comments
+    # the split brain's tie-breaker: fencing aimed at the node serving the pool waits,
+    # and only the pool's agent carries the priority it weighs
+    assert f"priority-fencing-delay={H.PRIORITY_FENCING_DELAY}" in crm
+    assert "meta priority=10" in agent and crm.count(" priority=") == 1
     # crmsh continues a definition with a trailing backslash: none may be left dangling
     lines = crm.splitlines()
     assert all(not a.endswith("\\") or b.startswith("    ") for a, b in pairwise(lines))
+
+
+def test_watchdog_runs_the_hardreboot_self_check_and_never_times_it_out() -> None:
+    files = H.watchdog_files()
+    conf = dict(line.split(" = ", 1) for line in files["/etc/watchdog.conf"].splitlines()
+                if line and not line.startswith("#"))
+    assert conf["test-directory"] == "/etc/watchdog.d"
+    assert conf["interval"] == str(H.WATCHDOG_INTERVAL_S)
+    # a check hanging on a path that is down must not count as a failure (a reboot)
+    assert conf["test-timeout"] == "0"
+    assert "watchdog-device" not in conf  # none given: the daemon runs the check only
+    assert "run_watchdog=1" in files["/etc/default/watchdog"].splitlines()
+    # fence_scsi_check reads /etc/sysconfig/stonith with this pattern; a comment with an
+    # "=" would be read as an option too
+    options = dict(re.findall(r"^\s*(\S*)\s*=\s*(\S*)\s*", files["/etc/sysconfig/stonith"],
+                              re.MULTILINE))
+    assert options == {"retry": "2", "retry-sleep": "5"}
 
 
 def test_fence_scsi_key_is_cluster_hash_then_node_hash() -> None:
