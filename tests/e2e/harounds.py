@@ -2,10 +2,11 @@
 (tests/e2e/test_ha_bed_e2e.py) checks once and bench/failover.py repeats: serve an NFS
 datastore and a LUN through the VIP, kill -9 the active node while the client writes
 numbered records (an unplanned takeover), boot it again until it rejoins as standby, move
-the pool back with ``POST /cluster/failover`` (a planned one), and read every
-acknowledged record back.
+the pool back with ``POST /cluster/failover`` (a planned one), cut the corosync link
+between the nodes (a split brain), and read every acknowledged record back.
 
-Each round returns its figures (Takeover, Rejoin); the callers assert or tabulate them.
+Each round returns its figures (Takeover, Rejoin, SplitBrain); the callers assert or
+tabulate them.
 Every round writes to fresh places (a new records file, the LUN's record blocks zeroed
 first), so a record an earlier round left cannot stand in for one this round lost.
 """
@@ -30,6 +31,7 @@ from tests.e2e.habed import (
     Timeline,
     failover_timeline,
     lost_records,
+    lun_path,
 )
 from tests.e2e.rest import ok
 
@@ -331,3 +333,90 @@ def planned_round(bed: HaBed, served: Served | None) -> Takeover:
     return Takeover(kind="planned", source=src, target=dst, group_on_target=on_dst,
                     writes=writes, identities=identities, drift_in_sync=in_sync,
                     last_takeover=took, job=job, extra=extra)
+
+
+@dataclass(frozen=True)
+class SplitBrain:
+    """A split brain's figures (seconds after the corosync link was cut) and what the
+    fenced node said once booted again with the link still cut."""
+
+    serving: str  # the node that ran the group when the link was cut
+    fenced: str  # the other one
+    keys_after: dict[str, list[str]]  # on every LUN once the fenced node was gone
+    group_after: dict[str, str]  # resource: node, on the serving node's crm_mon then
+    self_fenced: float  # the fenced node's QEMU gone (its watchdog check rebooted it)
+    booted: float  # it answered again (booted with the link still cut)
+    quorum_alone: bool  # what corosync gave it alone (wait_for_all: none)
+    imported_alone: bool  # the pool imported there before the link came back
+    write_refused: tuple[int, str]  # its own write to a shared LUN: (rc, kernel log)
+    import_refused: tuple[int, str]  # `zpool import -f` there: (rc, output)
+    rejoined: float  # online on the serving node's crm_mon after the link came back
+    unfenced: float  # its key back on every LUN
+    writes: dict[str, Writes]  # the client's, through it all
+
+
+# the fenced node's write: one block of the ZFS whole-disk layout's reserved partition 9
+# (8 MiB at the end, never used by ZFS), so a write that wrongly succeeded harms nothing
+FENCED_WRITE = "dd if=/dev/zero of={dev}-part9 bs=4096 count=1 oflag=direct,dsync"
+
+
+def split_brain_round(bed: HaBed, served: Served | None, keys: set[str],
+                      timeout: float = 600) -> SplitBrain:
+    """Cuts the cluster segment at the standby's port while the client writes numbered
+    records: both nodes lose each other with the disks still shared. The node serving
+    the pool must win the fence race (priority-fencing-delay) and go on serving; the
+    other, fenced, must reboot itself (the watchdog's fence_scsi check; under QEMU's
+    -no-reboot its QEMU exits). It is then booted again with the link still cut: it must
+    not serve, its writes to the LUNs must fail (reservation conflict) and ZFS's MMP must
+    refuse its import. The link comes back and it rejoins, unfenced (``keys``: every
+    node's fence_scsi key)."""
+    serving = bed.active()
+    assert serving, bed.status(next(iter(bed.nodes)))
+    fenced = bed.peer(serving)
+    port = bed.spec(fenced).port
+    path = _start_round(bed, served) if served else ""
+    client_offset, _ = bed.clock_offset(bed.client)
+    time.sleep(3)
+    t_cut = time.time()
+    t0 = time.monotonic()
+    bed.switch.set_link("cluster", port, False)
+    try:
+        while bed.nodes[fenced].vm.pid() is not None:
+            assert time.monotonic() - t0 < timeout, \
+                f"{fenced} still runs {timeout} s after the split: {bed.status(serving)}"
+            time.sleep(2)
+        self_fenced = time.monotonic() - t0
+        keys_after = bed.keys(serving)
+        status = bed.status(serving)
+        group_after = {r: status.node_of(r) for r in GROUP_RSCS}
+        node = bed.nodes[fenced]
+        node.vm.close_control()  # its QEMU is gone: the next connection is to the new one
+        node.boot_again()
+        booted = time.monotonic() - t0
+        _rc, quorate = node.exec("corosync-quorumtool -s | grep -i '^Quorate:'")
+        dev = lun_path(0)
+        write_rc, _ = node.exec(FENCED_WRITE.format(dev=dev), timeout=120)
+        _rc, conflicts = node.exec("dmesg | grep -i 'reservation conflict' | tail -3")
+        import_refused = node.exec(f"zpool import -f -N -o cachefile=none {POOL} 2>&1",
+                                   timeout=300)
+        imported_alone = node.exec(f"zpool list -H {POOL}")[0] == 0
+    finally:
+        bed.switch.set_link("cluster", port, True)
+    t1 = time.monotonic()
+    bed.wait_status(serving, lambda s: set(s.online) == {serving, fenced}, timeout=timeout,
+                    what=f"rejoined by {fenced}")
+    rejoined = time.monotonic() - t0
+    got = bed.keys(serving)
+    while not all(set(k) == keys for k in got.values()):
+        assert time.monotonic() - t1 < 300, f"{fenced} not unfenced after 300 s: {got}"
+        time.sleep(3)
+        got = bed.keys(serving)
+    unfenced = time.monotonic() - t0
+    writes = _finish_round(bed, served, path, t_cut + client_offset) if served else {}
+    return SplitBrain(
+        serving=serving, fenced=fenced, keys_after=keys_after, group_after=group_after,
+        self_fenced=round(self_fenced, 1), booted=round(booted, 1),
+        quorum_alone="yes" in quorate.lower(), imported_alone=imported_alone,
+        write_refused=(write_rc, conflicts.strip()), import_refused=import_refused,
+        rejoined=round(rejoined, 1), unfenced=round(unfenced, 1), writes=writes)
+

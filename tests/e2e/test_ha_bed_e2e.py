@@ -13,13 +13,16 @@ its NFS mount and its iSCSI session. Through it all the client writes numbered r
 to the mount and the LUN; every one whose write returned must be read back from the
 survivor (acknowledged writes lost: 0). Each step's time is printed (from the survivor's
 journal, on the host's clock). Then the killed node boots again and rejoins as standby,
-having forgotten the pool's datastores, a planned failover moves the pool back, and
-both nodes lose power together and boot together: one imports the pool.
+having forgotten the pool's datastores, a planned failover moves the pool back,
+both nodes lose power together and boot together (one imports the pool), and the
+corosync link between them is cut (a split brain: the node serving fences the other,
+which reboots itself and, booted again alone, can neither write to the disks nor import
+the pool).
 
 The default run has the bed (restored configured, conftest/habed: about 25 s instead of
 9-12 min) and its first unplanned round, tests 1 to 2 (issue 21); the rejoin, the
-planned failover and the power loss of both (about 15 min more under TCG) run with
-ZDS_E2E_HA=1. ZDS_E2E_HA=0 skips
+planned failover, the power loss of both and the split brain (about 20 min more under
+TCG) run with ZDS_E2E_HA=1. ZDS_E2E_HA=0 skips
 the module."""
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ from tests.e2e.harounds import (
     planned_round,
     rejoin,
     serve,
+    split_brain_round,
 )
 from tests.e2e.rest import api_client, ok
 
@@ -403,3 +407,43 @@ def test_5_both_nodes_lose_power_and_boot_at_once_one_imports(ha_bed: HaBed) -> 
                                    timeout=660).strip() == NFS_TEXT
         assert lun_read(ha_bed, served.dev) == LUN_TEXT
         check_pr_key_kept(ha_bed, holder, served)
+
+
+@after_the_first_round
+def test_6_split_brain_the_serving_node_wins_the_other_is_fenced_and_refused(
+        ha_bed: HaBed) -> None:
+    """The corosync link alone is cut (both nodes alive, the disks shared): the node
+    serving the pool fences the other first (priority-fencing-delay holds back the
+    other's attempt) and serves on without a pause the client would call an outage; the
+    fenced node finds its key gone and reboots itself (the watchdog's
+    fence_scsi_check_hardreboot). Booted again with the link still cut it has no
+    quorum and serves nothing, its writes to the LUNs fail with a reservation conflict
+    and ZFS's MMP refuses its import; with the link back it rejoins and is unfenced."""
+    served = SERVED[0] if SERVED else None
+    r = split_brain_round(ha_bed, served, set(KEYS.values()))
+    print(f"\n[e2e] split brain (the cluster link cut at {r.fenced}'s port): {r.serving} "
+          f"kept the group {r.group_after}; {r.fenced} rebooted itself {r.self_fenced} s "
+          f"after the cut, booted again at {r.booted} s (quorate alone: {r.quorum_alone}); "
+          f"its write: rc {r.write_refused[0]}, kernel: {r.write_refused[1]!r}; its import: "
+          f"rc {r.import_refused[0]}: {r.import_refused[1].strip()!r}; rejoined at "
+          f"{r.rejoined} s, unfenced at {r.unfenced} s")
+    # exactly one node served: the one that did, without the group ever leaving it
+    assert set(r.group_after.values()) == {r.serving}, r.group_after
+    # the fenced node's key left every LUN; the serving node's stayed
+    assert all(k == [KEYS[r.serving]] for k in r.keys_after.values()), r.keys_after
+    assert not r.quorum_alone and not r.imported_alone, r
+    assert r.write_refused[0] != 0 and "reservation conflict" in r.write_refused[1], r
+    assert r.import_refused[0] != 0, r.import_refused
+    assert "pool is imported on host" in r.import_refused[1], r.import_refused
+    rc, _ = ha_bed.nodes[r.fenced].exec(f"zpool list -H {POOL}")
+    assert rc != 0, f"{r.fenced} holds the pool after rejoining"
+    s = ha_bed.status(r.serving)
+    assert all(s.node_of(rsc) == r.serving for rsc in GROUP_RSCS), s
+    if served:
+        for kind, w in r.writes.items():
+            print(f"[e2e] {kind} writer through the split brain: {w.before + w.after} "
+                  f"acknowledged, longest wait {w.longest_wait:.1f} s, {len(w.lost)} lost, "
+                  f"failed: {len(w.errors)}")
+        assert set(r.writes) == {"nfs", "lun"}, r.writes
+        for kind, w in r.writes.items():
+            assert w.after > 0 and w.lost == () and w.errors == (), (kind, w)
