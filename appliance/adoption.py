@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import replace
 
+from appliance import pool_secrets
 from appliance.context import Context
 from appliance.errors import ZdsError
 from appliance.host.zfs import DatasetInfo
@@ -38,7 +39,12 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
     nqns = {r.nqn for r in records if r.nqn}
     adopted = []
     for pool in sorted(pools):
-        for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}", DATASTORE_PROPERTIES):
+        mount: str | None = None  # POOL/datastores', listed first: CHAP credentials there
+        for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}",
+                                        (*DATASTORE_PROPERTIES, "mountpoint")):
+            if ds.name == f"{pool}/{DATASTORE_PARENT}":
+                mp = ds.prop("mountpoint")
+                mount = mp if ds.prop("mounted") == "yes" and mp.startswith("/") else None
             if ds.prop("zds:managed") != "true":
                 continue
             if ds.prop("zds:replication"):
@@ -49,6 +55,11 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             rec = record_from_properties(pool, ds)
             if rec is None or rec.name in known:
                 continue
+            if rec.state == "error" and _wants_chap(ds) and mount is not None:
+                chap = pool_secrets.read(ctx.local, mount, rec.name)
+                if chap is not None:  # kept on the pool: served at once, with them
+                    rec = replace(pool_secrets.replace_chap(rec, chap), state="ready",
+                                  error=None)
             if ctx.transports.get(rec.spec.protocol) is None:
                 # a pool from a release with more protocols: left unadopted (drift says
                 # so) rather than served as something it is not
@@ -90,6 +101,13 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             known.add(rec.name)
             log.info("adopted datastore %s from pool %s", rec.name, pool)
     return adopted
+
+
+def _wants_chap(ds: DatasetInfo) -> bool:
+    try:
+        return bool(json.loads(ds.prop("zds:access", "{}")).get("chap"))
+    except (ValueError, AttributeError):
+        return False
 
 
 def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None:

@@ -34,6 +34,10 @@ class LocalHost(Protocol):
 
     def read_text(self, path: Path) -> str | None: ...
 
+    def remove_file(self, path: Path) -> bool:
+        """Removes a file; False when there was none."""
+        ...
+
     def hostname(self) -> str: ...
 
     def versions(self) -> dict[str, str]: ...
@@ -119,6 +123,13 @@ class RealLocalHost:
             return path.read_text().strip()
         except OSError:
             return None
+
+    def remove_file(self, path: Path) -> bool:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
 
     def hostname(self) -> str:
         return socket.gethostname()
@@ -217,6 +228,9 @@ class FakeLocalHost:
 
     def read_text(self, path: Path) -> str | None:
         return self.files.get(str(path))
+
+    def remove_file(self, path: Path) -> bool:
+        return self.files.pop(str(path), None) is not None
 
     def hostname(self) -> str:
         return self.name

@@ -11,7 +11,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from appliance import properties, validate
+from appliance import pool_secrets, properties, validate
 from appliance.attach import AttachInstructions
 from appliance.context import Context
 from appliance.errors import (
@@ -620,6 +620,7 @@ class DatastoreService:
             storage.clone(self.ctx.zfs, rec.origin, spec, props)
         else:
             storage.create(self.ctx.zfs, spec, props)
+        pool_secrets.keep(self.ctx.zfs, self.ctx.local, rec)
 
     def _update(self, rec: DatastoreRecord, spec: DatastoreSpec) -> DatastoreView:
         old = rec.spec
@@ -652,6 +653,8 @@ class DatastoreService:
         except Exception:
             self.ctx.store.put_datastore(rec)  # refused: nothing changed, as recorded
             raise
+        pool_secrets.keep(self.ctx.zfs, self.ctx.local, new,
+                          had_chap=old.iscsi.chap is not None)
         report = self.reconciler.datastores([new])
         failures = report.failures_for(*transport.subjects(new), "zfs")
         if spec.size > old.size and not failures:
@@ -709,6 +712,7 @@ class DatastoreService:
                 if "busy" not in exc.message or attempt == 5:
                     raise
                 time.sleep(0.5 * 2 ** attempt)
+        pool_secrets.forget(self.ctx.zfs, self.ctx.local, rec)
         self.ctx.store.delete_datastore(rec.name)
 
     def finish_interrupted(self, states: tuple[str, ...] = ("creating", "deleting")) -> None:

@@ -3,10 +3,12 @@ owners' objects alone, and must adopt pools from other appliances without clashe
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from fastapi.testclient import TestClient
 
+from appliance import pool_secrets
 from appliance.adoption import adopt
 from appliance.host.ganesha_config import ClientRule, ExportSpec
 from appliance.model import ChapSettings
@@ -16,6 +18,8 @@ from tests.unit.conftest import Rig, make_rig
 from tests.unit.test_api_datastores import ESX, iscsi_body, nfs_body
 
 API = "/api/v1"
+CHAP = ChapSettings("esx", "abcdefghijkl")
+SECURE_FILE = Path("/tank/datastores/.zds-secrets/secure.json")
 
 
 def nfs(**kw: object) -> DatastoreRequest:
@@ -67,9 +71,8 @@ def test_adopting_a_pool_from_another_appliance(tmp_path: Path) -> None:
     a = make_rig(tmp_path / "a")
     a.engine.start()
     a.engine.datastores.put("mine", nfs())  # export id 100 here
-    chap = ChapSettings("esx", "abcdefghijkl")
     a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
-                                                       initiators=[ESX], chap=chap))
+                                                       initiators=[ESX], chap=CHAP))
     a.engine.datastores.put("other", nfs())
     # "other" came from another appliance whose counter also started at 100
     ds = a.zfs.get_dataset("tank/datastores/other")
@@ -83,14 +86,64 @@ def test_adopting_a_pool_from_another_appliance(tmp_path: Path) -> None:
     assert other.export_id not in (None, 100)
     assert a.zfs.get_dataset("tank/datastores/other").prop(  # type: ignore[union-attr]
         "zds:export_id") == str(other.export_id)
+    # the CHAP credentials came with the pool (its root-only file), never in a property
+    secure = a.engine.datastores.record("secure")
+    assert secure.state == "ready" and secure.spec.iscsi.chap == CHAP, secure
+    props = a.zfs.get_dataset("tank/datastores/secure")
+    assert props is not None and CHAP.secret not in str(props)
+    a.engine.reconciler.full()
+    (target,) = a.lio.list_targets()
+    assert target.authentication and all(
+        acl.chap is not None and acl.chap.secret == CHAP.secret for acl in target.spec.acls)
+    a.engine.close()
+
+
+def test_a_chap_datastore_without_its_credentials_on_the_pool_waits_for_a_put(
+        tmp_path: Path) -> None:
+    a = make_rig(tmp_path / "a")
+    a.engine.start()
+    a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
+                                                       initiators=[ESX], chap=CHAP))
+    # a pool from before the credentials were kept on it
+    assert a.local.remove_file(SECURE_FILE)
+    a.engine.store.delete_datastore("secure")
+    assert adopt(a.engine.ctx, ["tank"]) == ["secure"]
     secure = a.engine.datastores.record("secure")
     assert secure.state == "error" and "CHAP" in (secure.error or "")
     a.engine.reconciler.full()
     assert a.lio.list_targets() == []  # not served without its CHAP secret
-    # a PUT with the CHAP settings repairs it
+    # a PUT with the CHAP settings repairs it, and keeps them on the pool from now on
     view, _ = a.engine.datastores.put("secure", DatastoreRequest(
-        protocol="iscsi", size="1G", initiators=[ESX], chap=chap))
+        protocol="iscsi", size="1G", initiators=[ESX], chap=CHAP))
     assert view.record.state == "ready" and view.serving
+    assert a.local.read_text(SECURE_FILE) is not None
+    a.engine.close()
+
+
+def test_chap_credentials_on_the_pool_follow_the_datastore(tmp_path: Path) -> None:
+    """Written when made, rewritten when changed, removed when CHAP is dropped or the
+    datastore deleted; a file that is not what ZDS wrote is ignored."""
+    a = make_rig(tmp_path / "a")
+    a.engine.start()
+    a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
+                                                       initiators=[ESX], chap=CHAP))
+    kept = json.loads(a.local.read_text(SECURE_FILE) or "{}")
+    assert kept == {"user": "esx", "secret": CHAP.secret, "mutual_user": None,
+                    "mutual_secret": None}
+    mutual = ChapSettings("esx", "abcdefghijkl", "zds", "mnopqrstuvwx")
+    a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
+                                                       initiators=[ESX], chap=mutual))
+    assert pool_secrets.read(a.local, "/tank/datastores", "secure") == mutual
+    a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
+                                                       initiators=[ESX]))
+    assert a.local.read_text(SECURE_FILE) is None
+    a.engine.datastores.put("secure", DatastoreRequest(protocol="iscsi", size="1G",
+                                                       initiators=[ESX], chap=CHAP))
+    job = a.engine.datastores.delete("secure", force=True)
+    assert a.engine.ctx.jobs.wait(job.id, 30).state == "succeeded"
+    assert a.local.read_text(SECURE_FILE) is None
+    a.local.write_secret(SECURE_FILE, '{"user": "esx"}')
+    assert pool_secrets.read(a.local, "/tank/datastores", "secure") is None
     a.engine.close()
 
 

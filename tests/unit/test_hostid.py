@@ -77,3 +77,15 @@ def test_the_boot_unit_runs_the_light_entry_point_that_loads_no_cli() -> None:
          "'pydantic') or m == 'appliance.host.factory'))"],
         capture_output=True, text=True, check=True).stdout.splitlines()
     assert loaded == ["zds: hostid 5e71d9b9 from the machine UUID", "[]"]
+
+
+def test_real_local_host_secret_files_round_trip(tmp_path: Path) -> None:
+    """What pool_secrets relies on, against the real adapter (the fake keeps a dict):
+    a root-only file written whole, read back stripped, removed once."""
+    local = RealLocalHost(RecordingRunner())
+    path = tmp_path / "datastores" / ".zds-secrets" / "secure.json"
+    local.write_secret(path, '{"user": "esx"}')
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert local.read_text(path) == '{"user": "esx"}'
+    assert local.remove_file(path) and not path.exists()
+    assert not local.remove_file(path) and local.read_text(path) is None

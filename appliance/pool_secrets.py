@@ -1,0 +1,100 @@
+"""The secrets a datastore needs that must move with its pool: an iSCSI datastore's CHAP
+credentials. They never go into ZFS properties (``zfs get`` shows those to any user), so
+a pool imported elsewhere, or taken by the other node of an HA pair, used to bring its
+CHAP datastores back as ``error`` until a PUT gave the credentials again: in a takeover,
+LUNs the hosts could no longer log in to.
+
+Each CHAP datastore's credentials are kept in a root-only file (0600) in its pool's
+``POOL/datastores`` file system, ``<mount>/.zds-secrets/<name>.json``: written when the
+datastore is made or changed, removed when it loses CHAP or is deleted, read when the
+pool's datastores are adopted. Only what the system disk held moves: whoever can read
+the pool's disks could read them, as whoever can read the system disk could read the
+appliance's database (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, replace
+from pathlib import Path
+
+from appliance.errors import ZdsError
+from appliance.host.local import LocalHost
+from appliance.host.zfs import ZfsHost
+from appliance.model import DATASTORE_PARENT, ChapSettings, DatastoreRecord
+
+log = logging.getLogger(__name__)
+
+SECRETS_DIR = ".zds-secrets"
+
+
+def secrets_file(mountpoint: str, name: str) -> Path:
+    """Where datastore ``name``'s credentials are kept, under its pool's
+    ``POOL/datastores`` mounted at ``mountpoint``."""
+    return Path(mountpoint) / SECRETS_DIR / f"{name}.json"
+
+
+def datastores_mount(zfs: ZfsHost, pool: str) -> str | None:
+    """Where ``POOL/datastores`` is mounted; None when it is not (or not there)."""
+    info = zfs.get_dataset(f"{pool}/{DATASTORE_PARENT}", ("mountpoint", "mounted"))
+    if info is None or info.prop("mounted") != "yes":
+        return None
+    mountpoint = info.prop("mountpoint")
+    return mountpoint if mountpoint.startswith("/") else None
+
+
+def keep(zfs: ZfsHost, local: LocalHost, rec: DatastoreRecord,
+         had_chap: bool = False) -> None:
+    """Writes ``rec``'s CHAP credentials onto its pool, or removes them when it has none
+    (only looked for when ``had_chap``: a datastore that never had CHAP costs nothing).
+    A pool that cannot keep them is logged: the datastore is served all the same, and
+    only a takeover would need the credentials given again."""
+    chap = rec.spec.iscsi.chap
+    if chap is None and not had_chap:
+        return
+    try:
+        mount = datastores_mount(zfs, rec.spec.pool)
+        if mount is None:
+            log.warning("%s/%s is not mounted: the CHAP credentials of %s stay on this "
+                        "node only", rec.spec.pool, DATASTORE_PARENT, rec.name)
+            return
+        path = secrets_file(mount, rec.name)
+        if chap is None:
+            local.remove_file(path)
+        else:
+            local.write_secret(path, json.dumps(asdict(chap), sort_keys=True))
+    except (ZdsError, OSError) as exc:
+        log.warning("cannot keep the CHAP credentials of %s on pool %s: %s", rec.name,
+                    rec.spec.pool, exc)
+
+
+def forget(zfs: ZfsHost, local: LocalHost, rec: DatastoreRecord) -> None:
+    """Removes a deleted datastore's credentials from its pool."""
+    if rec.spec.iscsi.chap is not None:
+        keep(zfs, local, replace_chap(rec, None), had_chap=True)
+
+
+def read(local: LocalHost, mountpoint: str, name: str) -> ChapSettings | None:
+    """The credentials kept for datastore ``name`` under ``mountpoint``; None when there
+    are none or the file is not what :func:`keep` writes (logged)."""
+    path = secrets_file(mountpoint, name)
+    text = local.read_text(path)
+    if text is None:
+        return None
+    try:
+        found = json.loads(text)
+        chap = ChapSettings(user=found["user"], secret=found["secret"],
+                            mutual_user=found.get("mutual_user"),
+                            mutual_secret=found.get("mutual_secret"))
+        if not all(isinstance(v, str) for v in (chap.user, chap.secret)):
+            raise TypeError("user and secret must be strings")
+        return chap
+    except (ValueError, KeyError, TypeError) as exc:
+        log.error("ignoring %s: %s", path, exc)
+        return None
+
+
+def replace_chap(rec: DatastoreRecord, chap: ChapSettings | None) -> DatastoreRecord:
+    """``rec`` with other CHAP credentials (or none)."""
+    return replace(rec, spec=replace(rec.spec, iscsi=replace(rec.spec.iscsi, chap=chap)))
