@@ -39,6 +39,7 @@ import pytest
 
 from appliance.transports.nfs import export_block
 from tests.e2e.habed import (
+    CLIENT_INITIATOR,
     CLUSTER,
     DATA,
     NODES,
@@ -82,6 +83,16 @@ KEYS = {n.name: fence_scsi_key(CLUSTER, n.name) for n in NODES}
 SERVED: list[Served] = []
 
 
+# a LUN with CHAP (test_1b makes it; the takeovers check it is served with them)
+CHAP_DS = "hachap"
+CHAP = {"user": "esx-ha", "secret": "habed-chap-1234"}
+
+
+def chap_body() -> dict[str, Any]:
+    return {"protocol": "iscsi", "size": "1G", "pool": POOL,
+            "iscsi": {"initiators": [CLIENT_INITIATOR], "chap": CHAP}}
+
+
 # the client's own persistent-reservation key on the LUN, registered with APTPL (as VMFS
 # and Windows clusters register theirs); LIO writes keys in decimal
 CLIENT_PR_KEY = 0x5A5A
@@ -108,6 +119,15 @@ def check_pr_key_kept(bed: HaBed, node: str, served: Served) -> None:
     serial = served.lun[4]
     where = bed.nodes[node].check(f"readlink -f /etc/rtslib-fb-target/pr/aptpl_{serial}")
     assert where.strip().startswith(f"/{POOL}/datastores/"), where
+
+
+def check_chap_served(bed: HaBed, node: str) -> None:
+    """The CHAP LUN is served by ``node`` with the credentials it found on the pool
+    (before, an adopted CHAP datastore waited as ``error`` for a PUT)."""
+    with bed.api(node) as api:
+        chap = ok(api.get(f"/datastores/{CHAP_DS}"))
+    assert chap["state"] == "ready" and chap["serving"], chap
+    assert chap["iscsi"]["chap_user"] == CHAP["user"], chap
 
 
 def check_served_through(t: Takeover, served: Served) -> None:
@@ -199,6 +219,15 @@ def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
     with ha_bed.api(active) as api:
         c = ok(api.get("/cluster"))
         assert c["node"] == active and c["pools"][0]["node"] == active, c
+        # a LUN with CHAP: its credentials are kept on the pool (root only), never in a
+        # ZFS property, so the node that takes the pool serves it at once
+        made = ok(api.put(f"/datastores/{CHAP_DS}", json=chap_body()), 201)
+        assert made["serving"] and made["iscsi"]["chap_user"] == CHAP["user"], made
+    node = ha_bed.nodes[active]
+    mode = node.check(f"stat -c %a /{POOL}/datastores/.zds-secrets/{CHAP_DS}.json").strip()
+    assert mode == "600", mode
+    props = node.check(f"zfs get -H -o value all {POOL}/datastores/{CHAP_DS}")
+    assert CHAP["secret"] not in props
     # the pacemaker adapter's contract, on the real cluster (the active node)
     out = ha_bed.nodes[active].check(
         f"/opt/zds/venv/bin/python -m appliance.host.contract.cluster_checks {POOL}",
@@ -292,6 +321,7 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
         assert job["error"]["detail"]["node"] == victim, job
         notes = ha_bed.nodes[survivor].check(f"zfs get -H -o property all {POOL}")
         assert "zds:job:" not in notes, notes
+        check_chap_served(ha_bed, survivor)
 
     # a datastore the survivor makes takes its export id from the survivor's own block
     # (its corosync nodeid, read with crm_node from corosync.conf), never an id the
@@ -356,6 +386,7 @@ def test_4_planned_failover_moves_the_pool_with_the_same_identities(ha_bed: HaBe
           f"({job['result']}); take on {dst}: {t.last_takeover}")
     check_served_through(t, SERVED[0])
     check_pr_key_kept(ha_bed, dst, SERVED[0])
+    check_chap_served(ha_bed, dst)
     assert NFS_DS not in left and LUN_DS not in left, left
 
 
