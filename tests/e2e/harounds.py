@@ -64,6 +64,8 @@ class Served:
     dev: str
     rounds: int = 0
     lun_top: int = 0  # the highest LUN record any round acknowledged
+    # the LUN as the client's SCSI layer names it (scsi_identity): what ESXi keys on
+    scsi: str = ""
 
     def records_file(self) -> str:
         """This round's records file on the mount (round 1: MOUNT/records)."""
@@ -180,7 +182,23 @@ def serve(bed: HaBed, active: str) -> Served:
     bed.client.check(f"printf '%s' {LUN_TEXT} | dd of={dev} bs=4096 conv=sync "
                      "oflag=direct,dsync status=none")
     assert lun_read(bed, dev, 60) == LUN_TEXT
-    return Served(identity(nfs), identity(lun), dev)
+    return Served(identity(nfs), identity(lun), dev, scsi=scsi_identity(bed, dev))
+
+
+def scsi_identity(bed: HaBed, dev: str, tries: int = 4) -> str:
+    """The LUN's identity as the client's SCSI layer reads it from the target: the
+    device identification VPD page (its NAA id, the target port's name, relative target
+    port and target port group) and REPORT TARGET PORT GROUPS (the group's ALUA state),
+    what ESXi's VMW_SATP_ALUA and multipathing key on. After a takeover the first
+    command may meet a unit attention: a few tries."""
+    out = ""
+    for _ in range(tries):
+        rc, out = bed.client.exec(f"sg_vpd --page=di {dev} && sg_rtpg --decode {dev}",
+                                  timeout=120)
+        if rc == 0:
+            return out.strip()
+        time.sleep(2)
+    raise AssertionError(f"cannot read the LUN's identity: {out}")
 
 
 def _start_round(bed: HaBed, served: Served) -> str:
@@ -265,6 +283,7 @@ def kill_round(bed: HaBed, served: Served | None) -> Takeover:
         extra["nfs_read_s"] = round(time.monotonic() - t0, 1)
         extra["lun_text"] = lun_read(bed, served.dev)
         extra["lun_read_s"] = round(time.monotonic() - t0, 1)
+        extra["scsi"] = scsi_identity(bed, served.dev)
         identities, in_sync, took = _on_target(bed, survivor)
         writes = _finish_round(bed, served, path, t_kill + client_offset)
     return Takeover(
@@ -326,6 +345,7 @@ def planned_round(bed: HaBed, served: Served | None) -> Takeover:
         extra["nfs_text"] = bed.client.check(f"timeout 600 cat {MOUNT}/record",
                                              timeout=660).strip()
         extra["lun_text"] = lun_read(bed, served.dev)
+        extra["scsi"] = scsi_identity(bed, served.dev)
         identities, in_sync, took = _on_target(bed, dst)
         writes = _finish_round(bed, served, path, t_asked + client_offset)
     elif served:

@@ -139,6 +139,9 @@ def check_served_through(t: Takeover, served: Served) -> None:
     assert t.identities == {"nfs": served.nfs, "lun": served.lun}, t.identities
     assert t.extra["nfs_text"] == NFS_TEXT, t.extra
     assert t.extra["lun_text"] == LUN_TEXT, t.extra
+    # the same LUN to the client's SCSI layer: NAA id, target port, relative port,
+    # target port group, and that group active/optimized (ALUA) on the new node
+    assert t.extra["scsi"] == served.scsi, (t.extra["scsi"], served.scsi)
     assert t.drift_in_sync, t
     for kind, w in t.writes.items():
         print(f"[e2e] {kind} writer: {w.before + w.after} records acknowledged ({w.after} "
@@ -209,6 +212,11 @@ def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
         r = api.put(f"/datastores/{LUN_DS}", json=lun_body())
         assert r.status_code == 503, r.text
     served = serve(ha_bed, active)
+    # LIO's implicit ALUA: one target port group, active/optimized, so ESXi claims the
+    # LUN with VMW_SATP_ALUA; the NAA id is the one the API gave
+    scsi = served.scsi.lower()
+    assert "active/optimized" in scsi and "target port group" in scsi, served.scsi
+    assert served.lun[5].split(".", 1)[1] in scsi, (served.lun, served.scsi)
     # the client registers a key with APTPL: LIO writes it to the file on the pool
     ha_bed.client.check(f"{SGP} --out --register --param-sark={hex(CLIENT_PR_KEY)} "
                         f"--param-aptpl {served.dev}", timeout=120)
