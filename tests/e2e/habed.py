@@ -93,9 +93,13 @@ MMP_FAIL_INTERVALS = 0  # see prepare_node()
 # the nodes' iSCSI NOP-Out ping: every 10 s, 60 s to answer (the default 5 s drops the
 # session when a loaded host stalls the JBOD guest, and the re-login takes ~45 s)
 NOOP_INTERVAL_S, NOOP_TIMEOUT_S = 10, 60
-# fence_scsi -o off on the two LUNs takes ~8 s here (detected at ~11 s, fenced at
-# ~16-18 s after a kill): the split brain's tie-breaker is about twice that
-PRIORITY_FENCING_DELAY = "15s"
+# The split brain's tie-breaker must outlast the winner's whole fence_scsi -o off: after
+# a kill it takes ~6 s here, but in a split brain, with both nodes fencing at once, it
+# took 23-24 s, and with 15 s the idle node's delayed attempt began before the serving
+# node's had finished: each took the other's key off one LUN, neither could complete
+# (safe, but the serving node lost a side of its mirror). It is one more term of every
+# unplanned takeover of the serving node.
+PRIORITY_FENCING_DELAY = "45s"
 WATCHDOG_INTERVAL_S = 10
 SELF_FENCE_CHECK = "fence_scsi_check_hardreboot"
 ROLE_TEMPLATES = REPO / "ansible" / "roles" / "ha" / "templates"

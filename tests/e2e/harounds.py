@@ -362,9 +362,11 @@ class SplitBrain:
 
     serving: str  # the node that ran the group when the link was cut
     fenced: str  # the other one
-    keys_after: dict[str, list[str]]  # on every LUN once the fenced node was gone
+    detected: float | None  # the serving node's new membership, without the other
+    fenced_at: float | None  # the serving node's fencing of the other completed
+    keys_after: dict[str, list[str]]  # on every LUN once the fenced node rebooted
     group_after: dict[str, str]  # resource: node, on the serving node's crm_mon then
-    self_fenced: float  # the fenced node's QEMU gone (its watchdog check rebooted it)
+    self_fenced: float  # the fenced node's new boot began (its watchdog check rebooted it)
     booted: float  # it answered again (booted with the link still cut)
     quorum_alone: bool  # what corosync gave it alone (wait_for_all: none)
     imported_alone: bool  # the pool imported there before the link came back
@@ -385,34 +387,36 @@ def split_brain_round(bed: HaBed, served: Served | None, keys: set[str],
     """Cuts the cluster segment at the standby's port while the client writes numbered
     records: both nodes lose each other with the disks still shared. The node serving
     the pool must win the fence race (priority-fencing-delay) and go on serving; the
-    other, fenced, must reboot itself (the watchdog's fence_scsi check; under QEMU's
-    -no-reboot its QEMU exits). It is then booted again with the link still cut: it must
-    not serve, its writes to the LUNs must fail (reservation conflict) and ZFS's MMP must
-    refuse its import. The link comes back and it rejoins, unfenced (``keys``: every
-    node's fence_scsi key)."""
+    other, fenced, must reboot itself (the watchdog's fence_scsi check) and, booted
+    again with the link still cut, must not serve, its writes to the LUNs must fail
+    (reservation conflict) and ZFS's MMP must refuse its import. The link comes back and
+    it rejoins, unfenced (``keys``: every node's fence_scsi key)."""
     serving = bed.active()
     assert serving, bed.status(next(iter(bed.nodes)))
     fenced = bed.peer(serving)
     port = bed.spec(fenced).port
+    node = bed.nodes[fenced]
+    old_boot = node.vm.boot_id()
     path = _start_round(bed, served) if served else ""
     client_offset, _ = bed.clock_offset(bed.client)
+    offset, _ = bed.clock_offset(bed.nodes[serving])
     time.sleep(3)
     t_cut = time.time()
     t0 = time.monotonic()
     bed.switch.set_link("cluster", port, False)
     try:
-        while bed.nodes[fenced].vm.pid() is not None:
+        # the guest reboots in place: its agent answers again with a new boot id
+        while node.vm.wait_control(timeout) == old_boot:
             assert time.monotonic() - t0 < timeout, \
-                f"{fenced} still runs {timeout} s after the split: {bed.status(serving)}"
+                f"{fenced} did not reboot {timeout} s after the split: {bed.status(serving)}"
             time.sleep(2)
-        self_fenced = time.monotonic() - t0
+        node.vm.wait_healthy(max(60.0, timeout - (time.monotonic() - t0)))
+        booted = time.monotonic() - t0
+        # when its new boot began, on its clock (set from the host's at boot)
+        btime = float(node.check("awk '/^btime/ {print $2}' /proc/stat"))
         keys_after = bed.keys(serving)
         status = bed.status(serving)
         group_after = {r: status.node_of(r) for r in GROUP_RSCS}
-        node = bed.nodes[fenced]
-        node.vm.close_control()  # its QEMU is gone: the next connection is to the new one
-        node.boot_again()
-        booted = time.monotonic() - t0
         _rc, quorate = node.exec("corosync-quorumtool -s | grep -i '^Quorate:'")
         dev = lun_path(0)
         write_rc, _ = node.exec(FENCED_WRITE.format(dev=dev), timeout=120)
@@ -422,6 +426,8 @@ def split_brain_round(bed: HaBed, served: Served | None, keys: set[str],
         imported_alone = node.exec(f"zpool list -H {POOL}")[0] == 0
     finally:
         bed.switch.set_link("cluster", port, True)
+    tl = failover_timeline(bed.journal(serving, t_cut + offset - 30), t_cut + offset,
+                           victim=fenced, survivor=serving)
     t1 = time.monotonic()
     bed.wait_status(serving, lambda s: set(s.online) == {serving, fenced}, timeout=timeout,
                     what=f"rejoined by {fenced}")
@@ -434,8 +440,9 @@ def split_brain_round(bed: HaBed, served: Served | None, keys: set[str],
     unfenced = time.monotonic() - t0
     writes = _finish_round(bed, served, path, t_cut + client_offset) if served else {}
     return SplitBrain(
-        serving=serving, fenced=fenced, keys_after=keys_after, group_after=group_after,
-        self_fenced=round(self_fenced, 1), booted=round(booted, 1),
+        serving=serving, fenced=fenced, detected=tl.membership, fenced_at=tl.fenced,
+        keys_after=keys_after, group_after=group_after,
+        self_fenced=round(btime - t_cut, 1), booted=round(booted, 1),
         quorum_alone="yes" in quorate.lower(), imported_alone=imported_alone,
         write_refused=(write_rc, conflicts.strip()), import_refused=import_refused,
         rejoined=round(rejoined, 1), unfenced=round(unfenced, 1), writes=writes)

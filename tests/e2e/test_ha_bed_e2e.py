@@ -455,19 +455,25 @@ def test_6_split_brain_the_serving_node_wins_the_other_is_fenced_and_refused(
     serving the pool fences the other first (priority-fencing-delay holds back the
     other's attempt) and serves on without a pause the client would call an outage; the
     fenced node finds its key gone and reboots itself (the watchdog's
-    fence_scsi_check_hardreboot). Booted again with the link still cut it has no
+    fence_scsi_check_hardreboot). Back up with the link still cut it has no
     quorum and serves nothing, its writes to the LUNs fail with a reservation conflict
     and ZFS's MMP refuses its import; with the link back it rejoins and is unfenced."""
     served = SERVED[0] if SERVED else None
     r = split_brain_round(ha_bed, served, set(KEYS.values()))
     print(f"\n[e2e] split brain (the cluster link cut at {r.fenced}'s port): {r.serving} "
-          f"kept the group {r.group_after}; {r.fenced} rebooted itself {r.self_fenced} s "
-          f"after the cut, booted again at {r.booted} s (quorate alone: {r.quorum_alone}); "
+          f"saw {r.fenced} gone at {r.detected} s and fenced it at {r.fenced_at} s, kept the "
+          f"group {r.group_after}; {r.fenced}'s new boot began {r.self_fenced} s after the "
+          f"cut, it answered at {r.booted} s (quorate alone: {r.quorum_alone}); "
           f"its write: rc {r.write_refused[0]}, kernel: {r.write_refused[1]!r}; its import: "
           f"rc {r.import_refused[0]}: {r.import_refused[1].strip()!r}; rejoined at "
           f"{r.rejoined} s, unfenced at {r.unfenced} s")
     # exactly one node served: the one that did, without the group ever leaving it
     assert set(r.group_after.values()) == {r.serving}, r.group_after
+    # the serving node won the fence race, and the other rebooted itself only after it
+    # (its watchdog check found its key gone), not before
+    history = ha_bed.fence_history(r.serving, r.fenced)
+    assert any(e.status == "success" and e.delegate == r.serving for e in history), history
+    assert r.fenced_at is not None and r.self_fenced >= r.fenced_at - 5, r
     # the fenced node's key left every LUN; the serving node's stayed
     assert all(k == [KEYS[r.serving]] for k in r.keys_after.values()), r.keys_after
     assert not r.quorum_alone and not r.imported_alone, r
@@ -478,6 +484,10 @@ def test_6_split_brain_the_serving_node_wins_the_other_is_fenced_and_refused(
     assert rc != 0, f"{r.fenced} holds the pool after rejoining"
     s = ha_bed.status(r.serving)
     assert all(s.node_of(rsc) == r.serving for rsc in GROUP_RSCS), s
+    # the serving node kept its key on every disk: no side of the mirror failed there
+    # (a tie-breaker shorter than the fencing lets each node fence the other on one LUN)
+    health = ha_bed.nodes[r.serving].check(f"zpool status -x {POOL}")
+    assert "is healthy" in health, health
     if served:
         for kind, w in r.writes.items():
             print(f"[e2e] {kind} writer through the split brain: {w.before + w.after} "
