@@ -166,6 +166,21 @@ def test_1_pair_formed_and_every_node_registered_on_every_lun(ha_bed: HaBed) -> 
     # two_node with wait_for_all, as configured
     q = ha_bed.nodes[a].check("corosync-quorumtool -s")
     assert "2Node" in q and "WaitForAll" in q and "Quorate" in q, q
+    # self-fencing armed on both: the watchdog daemon runs fence_scsi's check, which
+    # knows the devices and key unfencing registered; what the check costs, measured
+    # as the CPU time of the daemon's finished children over its life
+    for on in (a, b):
+        node = ha_bed.nodes[on]
+        assert node.check("systemctl is-active watchdog").strip() == "active"
+        assert node.check("readlink /etc/watchdog.d/fence_scsi_check_hardreboot").strip() \
+            == "/usr/share/cluster/fence_scsi_check_hardreboot"
+        assert node.check("cat /var/run/cluster.key").strip().lstrip("0") == KEYS[on]
+        cpu = node.check(
+            "p=$(systemctl show -p MainPID --value watchdog); "
+            "awk -v t=$(getconf CLK_TCK) -v up=$(cut -d' ' -f1 /proc/uptime) "
+            "'{print ($16+$17)/t, up-$22/t}' /proc/$p/stat").split()
+        print(f"[e2e] {on}: the self-check used {float(cpu[0]):.1f} s of CPU in "
+              f"{float(cpu[1]):.0f} s ({100 * float(cpu[0]) / float(cpu[1]):.1f}% of a vCPU)")
     # unfencing registered both nodes' keys on every LUN, and one holds the reservation
     # that lets only registered nodes write
     for on in (a, b):
