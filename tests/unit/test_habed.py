@@ -354,3 +354,32 @@ def test_the_writers_acknowledge_only_records_that_are_in_place(tmp_path: Path) 
 def test_parse_acked_skips_what_is_not_a_record_line() -> None:
     out = "1 1764139200.5\n2 1764139201.25\ndd: error writing\n\n3 x\n"
     assert H.parse_acked(out) == [(1, 1764139200.5), (2, 1764139201.25)]
+
+
+QUORATE = """Quorum information
+------------------
+Date:             Sat Nov 28 11:18:40 2026
+Quorum provider:  corosync_votequorum
+Nodes:            2
+Node ID:          1
+Ring ID:          1.d
+Quorate:          {}
+"""
+
+
+def test_pacemaker_waits_for_quorum_before_it_starts() -> None:
+    """A fenced node that boots while the link is down must not start pacemaker, which
+    would unfence it without quorum (its key back on the disks): the role's drop-in
+    waits until corosync-quorumtool says Quorate: Yes (its own pattern, run through
+    grep -E here against the tool's output)."""
+    dropin = H._role_template("pacemaker-zds.conf.j2", ha__zds_api_unit="zds-api.service")
+    pre = next(line for line in dropin.splitlines() if line.startswith("ExecStartPre="))
+    assert "corosync-quorumtool -s" in pre and "TimeoutStartSec=infinity" in dropin
+    pattern = re.search(r'grep -Eq "([^"]+)"', pre)
+    assert pattern is not None
+
+    def quorate(answer: str) -> bool:
+        return subprocess.run(["grep", "-Eq", pattern.group(1)], check=False,
+                              input=QUORATE.format(answer), text=True).returncode == 0
+
+    assert quorate("Yes") and not quorate("No")
