@@ -185,20 +185,24 @@ def serve(bed: HaBed, active: str) -> Served:
     return Served(identity(nfs), identity(lun), dev, scsi=scsi_identity(bed, dev))
 
 
-def scsi_identity(bed: HaBed, dev: str, tries: int = 4) -> str:
+def client_scsi(bed: HaBed, cmd: str, tries: int = 4) -> str:
+    """The output of an SCSI command the client sends to a LUN: after a takeover the
+    first one may meet a unit attention, so a few tries."""
+    out = ""
+    for _ in range(tries):
+        rc, out = bed.client.exec(cmd, timeout=120)
+        if rc == 0:
+            return out
+        time.sleep(2)
+    raise AssertionError(f"{cmd}: {out}")
+
+
+def scsi_identity(bed: HaBed, dev: str) -> str:
     """The LUN's identity as the client's SCSI layer reads it from the target: the
     device identification VPD page (its NAA id, the target port's name, relative target
     port and target port group) and REPORT TARGET PORT GROUPS (the group's ALUA state),
-    what ESXi's VMW_SATP_ALUA and multipathing key on. After a takeover the first
-    command may meet a unit attention: a few tries."""
-    out = ""
-    for _ in range(tries):
-        rc, out = bed.client.exec(f"sg_vpd --page=di {dev} && sg_rtpg --decode {dev}",
-                                  timeout=120)
-        if rc == 0:
-            return out.strip()
-        time.sleep(2)
-    raise AssertionError(f"cannot read the LUN's identity: {out}")
+    what ESXi's VMW_SATP_ALUA and multipathing key on."""
+    return client_scsi(bed, f"sg_vpd --page=di {dev} && sg_rtpg --decode {dev}").strip()
 
 
 def _start_round(bed: HaBed, served: Served) -> str:
@@ -306,16 +310,23 @@ def rejoin(bed: HaBed, keys: set[str], timeout: float = 600) -> Rejoin:
     bed.wait_status(up, lambda s: set(s.online) == {up, down}, timeout=timeout,
                     what=f"rejoined by {down}")
     t_join = time.monotonic() - t0
-    deadline = time.monotonic() + 300
-    got = bed.keys(up)
-    while not all(set(k) == keys for k in got.values()):
-        assert time.monotonic() < deadline, f"{down} not unfenced after 300 s: {got}"
-        time.sleep(3)
-        got = bed.keys(up)
+    wait_unfenced(bed, up, down, keys)
     t_unfenced = time.monotonic() - t0
     rc, _ = bed.nodes[down].exec(f"zpool list -H {POOL}")
     return Rejoin(down, round(t_boot, 1), round(t_join, 1), round(t_unfenced, 1),
                   imported_on_its_own=rc == 0)
+
+
+def wait_unfenced(bed: HaBed, on: str, node: str, keys: set[str],
+                  timeout: float = 300) -> None:
+    """Waits until ``on`` reads exactly ``keys`` on every LUN: ``node``, back in the
+    cluster, was unfenced (fails after ``timeout`` s)."""
+    deadline = time.monotonic() + timeout
+    got = bed.keys(on)
+    while not all(set(k) == keys for k in got.values()):
+        assert time.monotonic() < deadline, f"{node} not unfenced after {timeout:g} s: {got}"
+        time.sleep(3)
+        got = bed.keys(on)
 
 
 def planned_round(bed: HaBed, served: Served | None) -> Takeover:
@@ -432,11 +443,8 @@ def split_brain_round(bed: HaBed, served: Served | None, keys: set[str],
     bed.wait_status(serving, lambda s: set(s.online) == {serving, fenced}, timeout=timeout,
                     what=f"rejoined by {fenced}")
     rejoined = time.monotonic() - t0
-    got = bed.keys(serving)
-    while not all(set(k) == keys for k in got.values()):
-        assert time.monotonic() - t1 < 300, f"{fenced} not unfenced after 300 s: {got}"
-        time.sleep(3)
-        got = bed.keys(serving)
+    # 300 s for the rejoin and the unfencing together
+    wait_unfenced(bed, serving, fenced, keys, timeout=300 - (time.monotonic() - t1))
     unfenced = time.monotonic() - t0
     writes = _finish_round(bed, served, path, t_cut + client_offset) if served else {}
     return SplitBrain(

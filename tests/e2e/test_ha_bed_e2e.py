@@ -58,6 +58,7 @@ from tests.e2e.harounds import (
     NFS_TEXT,
     Served,
     Takeover,
+    client_scsi,
     identity,
     kill_round,
     lun_body,
@@ -100,15 +101,8 @@ SGP = "sg_persist --no-inquiry"
 
 
 def client_pr_keys(bed: HaBed, dev: str) -> str:
-    """The keys registered on the LUN, as the client reads them (a unit attention first
-    after a takeover: a few tries)."""
-    out = ""
-    for _ in range(4):
-        rc, out = bed.client.exec(f"{SGP} --in --read-keys {dev}", timeout=120)
-        if rc == 0:
-            return out
-        time.sleep(2)
-    raise AssertionError(out)
+    """The keys registered on the LUN, as the client reads them."""
+    return client_scsi(bed, f"{SGP} --in --read-keys {dev}")
 
 
 def check_pr_key_kept(bed: HaBed, node: str, served: Served) -> None:
