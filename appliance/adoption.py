@@ -43,8 +43,7 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
         for ds in ctx.zfs.list_datasets(f"{pool}/{DATASTORE_PARENT}",
                                         (*DATASTORE_PROPERTIES, "mountpoint")):
             if ds.name == f"{pool}/{DATASTORE_PARENT}":
-                mp = ds.prop("mountpoint")
-                mount = mp if ds.prop("mounted") == "yes" and mp.startswith("/") else None
+                mount = pool_secrets.mount_of(ds)
             if ds.prop("zds:managed") != "true":
                 continue
             if ds.prop("zds:replication"):
@@ -55,7 +54,8 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             rec = record_from_properties(pool, ds)
             if rec is None or rec.name in known:
                 continue
-            if rec.state == "error" and _wants_chap(ds) and mount is not None:
+            # record_from_properties leaves exactly the CHAP datastores in 'error'
+            if rec.state == "error" and mount is not None:
                 chap = pool_secrets.read(ctx.local, mount, rec.name)
                 if chap is not None:  # kept on the pool: served at once, with them
                     rec = replace(pool_secrets.replace_chap(rec, chap), state="ready",
@@ -101,13 +101,6 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             known.add(rec.name)
             log.info("adopted datastore %s from pool %s", rec.name, pool)
     return adopted
-
-
-def _wants_chap(ds: DatasetInfo) -> bool:
-    try:
-        return bool(json.loads(ds.prop("zds:access", "{}")).get("chap"))
-    except (ValueError, AttributeError):
-        return False
 
 
 def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from appliance.errors import ZdsError
 from appliance.host.local import LocalHost
-from appliance.host.zfs import ZfsHost
+from appliance.host.zfs import DatasetInfo, ZfsHost
 from appliance.model import DATASTORE_PARENT, ChapSettings, DatastoreRecord
 
 log = logging.getLogger(__name__)
@@ -35,9 +35,9 @@ def secrets_file(mountpoint: str, name: str) -> Path:
     return Path(mountpoint) / SECRETS_DIR / f"{name}.json"
 
 
-def datastores_mount(zfs: ZfsHost, pool: str) -> str | None:
-    """Where ``POOL/datastores`` is mounted; None when it is not (or not there)."""
-    info = zfs.get_dataset(f"{pool}/{DATASTORE_PARENT}", ("mountpoint", "mounted"))
+def mount_of(info: DatasetInfo | None) -> str | None:
+    """Where a listed ``POOL/datastores`` (with ``mountpoint`` and ``mounted``) is
+    mounted; None when it is not (or not there)."""
     if info is None or info.prop("mounted") != "yes":
         return None
     mountpoint = info.prop("mountpoint")
@@ -47,32 +47,36 @@ def datastores_mount(zfs: ZfsHost, pool: str) -> str | None:
 def keep(zfs: ZfsHost, local: LocalHost, rec: DatastoreRecord,
          had_chap: bool = False) -> None:
     """Writes ``rec``'s CHAP credentials onto its pool, or removes them when it has none
-    (only looked for when ``had_chap``: a datastore that never had CHAP costs nothing).
-    A pool that cannot keep them is logged: the datastore is served all the same, and
-    only a takeover would need the credentials given again."""
-    chap = rec.spec.iscsi.chap
-    if chap is None and not had_chap:
-        return
-    try:
-        mount = datastores_mount(zfs, rec.spec.pool)
-        if mount is None:
-            log.warning("%s/%s is not mounted: the CHAP credentials of %s stay on this "
-                        "node only", rec.spec.pool, DATASTORE_PARENT, rec.name)
-            return
-        path = secrets_file(mount, rec.name)
-        if chap is None:
-            local.remove_file(path)
-        else:
-            local.write_secret(path, json.dumps(asdict(chap), sort_keys=True))
-    except (ZdsError, OSError) as exc:
-        log.warning("cannot keep the CHAP credentials of %s on pool %s: %s", rec.name,
-                    rec.spec.pool, exc)
+    (only looked for when ``had_chap``: a datastore that never had CHAP costs nothing)."""
+    if rec.spec.iscsi.chap is not None or had_chap:
+        _store(zfs, local, rec.spec.pool, rec.name, rec.spec.iscsi.chap)
 
 
 def forget(zfs: ZfsHost, local: LocalHost, rec: DatastoreRecord) -> None:
     """Removes a deleted datastore's credentials from its pool."""
     if rec.spec.iscsi.chap is not None:
-        keep(zfs, local, replace_chap(rec, None), had_chap=True)
+        _store(zfs, local, rec.spec.pool, rec.name, None)
+
+
+def _store(zfs: ZfsHost, local: LocalHost, pool: str, name: str,
+           chap: ChapSettings | None) -> None:
+    """Writes (or, with None, removes) datastore ``name``'s file on ``pool``. A pool that
+    cannot keep it is logged: the datastore is served all the same, and only a takeover
+    would need the credentials given again."""
+    try:
+        mount = mount_of(zfs.get_dataset(f"{pool}/{DATASTORE_PARENT}",
+                                         ("mountpoint", "mounted")))
+        if mount is None:
+            log.warning("%s/%s is not mounted: the CHAP credentials of %s stay on this "
+                        "node only", pool, DATASTORE_PARENT, name)
+            return
+        path = secrets_file(mount, name)
+        if chap is None:
+            local.remove_file(path)
+        else:
+            local.write_secret(path, json.dumps(asdict(chap), sort_keys=True))
+    except (ZdsError, OSError) as exc:
+        log.warning("cannot keep the CHAP credentials of %s on pool %s: %s", name, pool, exc)
 
 
 def read(local: LocalHost, mountpoint: str, name: str) -> ChapSettings | None:
