@@ -93,6 +93,14 @@ MMP_FAIL_INTERVALS = 0  # see prepare_node()
 # the nodes' iSCSI NOP-Out ping: every 10 s, 60 s to answer (the default 5 s drops the
 # session when a loaded host stalls the JBOD guest, and the re-login takes ~45 s)
 NOOP_INTERVAL_S, NOOP_TIMEOUT_S = 10, 60
+# ... and when a stall outlasts even that (the 13:16 split-brain run: the serving node's
+# session to the JBOD timed out while the fenced node rebooted, the SCSI layer's 30-s
+# command timeout escalated through aborts and resets, and after open-iscsi's default
+# 120-s replacement timeout the kernel offlined both LUNs under the imported pool), the
+# nodes queue I/O across the re-login instead of failing it. The JBOD guest is the bed's
+# stand-in for dual-ported SAS disks, which do not stall like this: production keeps
+# the defaults.
+LUN_COMMAND_TIMEOUT_S, LUN_REPLACEMENT_TIMEOUT_S = 300, 900
 # The split brain's tie-breaker must outlast the winner's whole fence_scsi -o off: after
 # a kill it takes ~6 s here, but in a split brain, with both nodes fencing at once, it
 # took 23-24 s, and with 15 s the idle node's delayed attempt began before the serving
@@ -204,6 +212,15 @@ def shared_disks_rules(luns: int = LUN_COUNT) -> str:
     """The ha role's udev rule taking the watch off the shared LUNs (see its template)."""
     return _role_template("shared-disks.rules.j2", ha__shared_disk_wwns=[
         "0x" + naa_wwn(lun_serial(i))[len("naa."):] for i in range(luns)])
+
+
+def lun_timeout_rules(luns: int = LUN_COUNT) -> str:
+    """A udev rule giving the JBOD's LUNs LUN_COMMAND_TIMEOUT_S as their SCSI command
+    timeout, at every login (after 60-persistent-storage.rules, which sets the WWN)."""
+    wwns = "|".join("0x" + naa_wwn(lun_serial(i))[len("naa."):] for i in range(luns))
+    return (f'ACTION=="add|change", SUBSYSTEM=="block", ENV{{DEVTYPE}}=="disk", '
+            f'ENV{{ID_WWN_WITH_EXTENSION}}=="{wwns}", '
+            f'RUN+="/bin/sh -c \'echo {LUN_COMMAND_TIMEOUT_S} > /sys$DEVPATH/device/timeout\'"\n')
 
 
 def watchdog_files() -> dict[str, str]:
@@ -836,6 +853,7 @@ def prepare_node(app: E2EAppliance, spec: NodeSpec, authkey: bytes) -> None:
     _put(app, "/etc/corosync/authkey", authkey, "0400")
     _put(app, "/etc/corosync/corosync.conf", corosync_conf())
     _put(app, "/etc/udev/rules.d/61-zds-ha-shared-disks.rules", shared_disks_rules())
+    _put(app, "/etc/udev/rules.d/62-habed-lun-timeout.rules", lun_timeout_rules())
     for path, text in watchdog_files().items():
         _put(app, path, text)
     app.check(f"mkdir -p /etc/watchdog.d && ln -sf /usr/share/cluster/{SELF_FENCE_CHECK} "
@@ -888,17 +906,22 @@ def one_api(app: E2EAppliance, cert: str, key: str, token: str) -> None:
 
 def attach_luns(app: E2EAppliance) -> None:
     """Logs in to the jbod's target (a node record with startup=automatic, so a rebooted
-    node logs in again) and waits for the LUNs' wwn- links."""
+    node logs in again), waits for the LUNs' wwn- links and checks that the bed's
+    command timeout (lun_timeout_rules) took."""
     portal = f"{JBOD_STORAGE_IP}:3260"
     node = f"-m node -T {TARGET_IQN} -p {portal}"
-    waits = " && ".join(f"test -b {lun_path(i)}" for i in range(LUN_COUNT))
+    waits = " && ".join(
+        f"test -b {lun_path(i)} && test \"$(cat /sys/block/$(basename $(readlink -f "
+        f"{lun_path(i)}))/device/timeout)\" = {LUN_COMMAND_TIMEOUT_S}"
+        for i in range(LUN_COUNT))
     app.check(f"""iscsiadm {node} -o new >/dev/null
 iscsiadm {node} -o update -n node.startup -v automatic
+iscsiadm {node} -o update -n node.session.timeo.replacement_timeout -v {LUN_REPLACEMENT_TIMEOUT_S}
 iscsiadm {node} -o update -n 'node.conn[0].timeo.noop_out_interval' -v {NOOP_INTERVAL_S}
 iscsiadm {node} -o update -n 'node.conn[0].timeo.noop_out_timeout' -v {NOOP_TIMEOUT_S}
 iscsiadm {node} --login
 for i in $(seq 60); do udevadm settle; {waits} && exit 0; sleep 1; done
-ls -l /dev/disk/by-id; exit 1""", timeout=180)
+ls -l /dev/disk/by-id; grep . /sys/block/sd*/device/timeout; exit 1""", timeout=180)
 
 
 def reread_partitions(app: E2EAppliance) -> None:

@@ -179,6 +179,20 @@ def test_udev_rule_takes_the_watch_off_exactly_the_shared_luns() -> None:
                                         for i in range(H.LUN_COUNT)]
 
 
+def test_lun_timeout_rule_sets_the_command_timeout_of_exactly_the_shared_luns() -> None:
+    rule = H.lun_timeout_rules().strip()
+    assert "\n" not in rule and 'ENV{DEVTYPE}=="disk"' in rule
+    wwns = re.search(r'ENV\{ID_WWN_WITH_EXTENSION\}=="([^"]+)"', rule)
+    assert wwns is not None
+    assert wwns.group(1).split("|") == [H.lun_path(i).split("wwn-")[1]
+                                        for i in range(H.LUN_COUNT)]
+    # the block device's DEVPATH, whose SCSI device holds the timeout
+    run = re.search(r"RUN\+=\"/bin/sh -c '(.+)'\"$", rule)
+    assert run is not None
+    assert run.group(1) == f"echo {H.LUN_COMMAND_TIMEOUT_S} > /sys$DEVPATH/device/timeout"
+    assert H.LUN_COMMAND_TIMEOUT_S > 30  # longer than the kernel's default
+
+
 def test_crm_config_fences_with_scsi_keys_and_groups_zds_agent_ip_service() -> None:
     crm = H.crm_config()  # the ha role's template
     assert "stonith-enabled=true" in crm
