@@ -83,14 +83,17 @@ def test_kernel_nfs_server_is_carried_but_masked(appliance: E2EAppliance) -> Non
 
 
 def test_cluster_stack_is_carried_but_inert(appliance: E2EAppliance) -> None:
-    """corosync, pacemaker, crmsh and fence_scsi are in the image for HA pairs (ansible
-    role ha); an appliance that is not in a pair runs none of them, and without a
-    corosync.conf (Debian's one-node sample is removed) corosync cannot even start."""
-    appliance.check("command -v corosync pacemakerd crm fence_scsi sg_persist iscsiadm")
-    _rc, state = appliance.exec("systemctl is-enabled corosync pacemaker logd")
-    assert state.split() == ["disabled", "disabled", "disabled"], state
-    _rc, active = appliance.exec("systemctl is-active corosync pacemaker logd")
-    assert active.split() == ["inactive", "inactive", "inactive"], active
+    """corosync, pacemaker, crmsh, fence_scsi and the watchdog daemon are in the image
+    for HA pairs (ansible role ha); an appliance that is not in a pair runs none of them, and
+    without a corosync.conf (Debian's one-node sample is removed) corosync cannot even
+    start."""
+    appliance.check("command -v corosync pacemakerd crm fence_scsi sg_persist iscsiadm "
+                    "watchdog")
+    units = "corosync pacemaker logd watchdog"
+    _rc, state = appliance.exec(f"systemctl is-enabled {units}")
+    assert state.split() == ["disabled"] * 4, state
+    _rc, active = appliance.exec(f"systemctl is-active {units}")
+    assert active.split() == ["inactive"] * 4, active
     appliance.check("test ! -e /etc/corosync/corosync.conf")
     # the ha role's firewall drop-in is loaded with base's table
     assert "corosync" in appliance.check("nft list chain inet zds input")
