@@ -83,17 +83,20 @@ def test_kernel_nfs_server_is_carried_but_masked(appliance: E2EAppliance) -> Non
 
 
 def test_cluster_stack_is_carried_but_inert(appliance: E2EAppliance) -> None:
-    """corosync, pacemaker, crmsh, fence_scsi and the watchdog daemon are in the image
-    for HA pairs (ansible role ha); an appliance that is not in a pair runs none of them, and
+    """corosync, pacemaker, crmsh, fence_scsi, the watchdog daemon and the quorum
+    device's client and arbiter are in the image for HA pairs (ansible role ha); an appliance that is not in a pair runs none of them, and
     without a corosync.conf (Debian's one-node sample is removed) corosync cannot even
     start."""
     appliance.check("command -v corosync pacemakerd crm fence_scsi sg_persist iscsiadm "
-                    "watchdog")
-    units = "corosync pacemaker logd watchdog"
+                    "watchdog corosync-qdevice corosync-qnetd")
+    units = "corosync pacemaker logd watchdog corosync-qdevice corosync-qnetd"
     _rc, state = appliance.exec(f"systemctl is-enabled {units}")
-    assert state.split() == ["disabled"] * 4, state
+    assert state.split() == ["disabled"] * 6, state
     _rc, active = appliance.exec(f"systemctl is-active {units}")
-    assert active.split() == ["inactive"] * 4, active
+    assert active.split() == ["inactive"] * 6, active
+    # the arbiter's CA is made where it runs (ansible playbooks/qnetd.yml): the one the
+    # package's install made in the image build would be the same in every appliance
+    appliance.check("test ! -e /etc/corosync/qnetd/nssdb")
     appliance.check("test ! -e /etc/corosync/corosync.conf")
     # the ha role's firewall drop-in is loaded with base's table
     assert "corosync" in appliance.check("nft list chain inet zds input")
