@@ -109,6 +109,10 @@ LUN_COMMAND_TIMEOUT_S, LUN_REPLACEMENT_TIMEOUT_S = 300, 900
 # unplanned takeover of the serving node.
 PRIORITY_FENCING_DELAY = "45s"
 WATCHDOG_INTERVAL_S = 10
+# The quorum device's arbiter (test 7): corosync-qnetd on the jbod guest, which both
+# nodes reach on the storage segment, a path of its own beside the cluster link.
+QNETD_PORT = 5403
+QNETD_NSSDB, QDEVICE_NSSDB = "/etc/corosync/qnetd/nssdb", "/etc/corosync/qdevice/net/nssdb"
 SELF_FENCE_CHECK = "fence_scsi_check_hardreboot"
 ROLE_TEMPLATES = REPO / "ansible" / "roles" / "ha" / "templates"
 
@@ -195,17 +199,44 @@ def lio_config(luns: int, initiators: list[str], portal_ip: str) -> dict[str, An
 def _role_template(name: str, **variables: Any) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE_TEMPLATES),
                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    # Ansible's `search` test (the firewall templates pick IPv4/IPv6 networks with it)
+    env.tests["search"] = lambda value, pattern: re.search(pattern, str(value)) is not None
     return env.get_template(name).render(**variables)
 
 
-def corosync_conf(nodes: tuple[NodeSpec, ...] = NODES, token_ms: int = TOKEN_MS) -> str:
+@dataclass(frozen=True)
+class QuorumDevice:
+    """The third vote: corosync-qnetd at ``host`` (the role's ha__qdevice_* settings)."""
+
+    host: str
+    tie_breaker: str = "lowest"
+    tls: str = "on"
+    heuristics: bool = True
+    port: int = QNETD_PORT
+
+
+def corosync_conf(nodes: tuple[NodeSpec, ...] = NODES, token_ms: int = TOKEN_MS,
+                  qdevice: QuorumDevice | None = None) -> str:
     """corosync.conf from the ha role's own template (one source for the image's pairs
-    and this bed), the cluster segment as knet link 0."""
+    and this bed), the cluster segment as knet link 0; two_node, or ``qdevice``."""
     return _role_template(
         "corosync.conf.j2", ha__cluster_name=CLUSTER, ha__token_ms=token_ms,
-        ha__two_node=len(nodes) == 2,
+        ha__two_node=qdevice is None and len(nodes) == 2,
         ha__nodes=[{"name": n.name, "nodeid": n.nodeid, "addrs": [n.address("cluster")]}
-                   for n in nodes])
+                   for n in nodes],
+        ha__qdevice_host=qdevice.host if qdevice else "",
+        ha__qdevice_port=qdevice.port if qdevice else QNETD_PORT,
+        ha__qdevice_algorithm="ffsplit",
+        ha__qdevice_tie_breaker=qdevice.tie_breaker if qdevice else "lowest",
+        ha__qdevice_tls=qdevice.tls if qdevice else "on",
+        ha__qdevice_heuristics=qdevice.heuristics if qdevice else False,
+        ha__pools=[{"name": POOL}])
+
+
+def qnetd_nft(networks: Iterable[str]) -> str:
+    """The arbiter's firewall drop-in from the ha role's template (tasks/qnetd.yml)."""
+    return _role_template("qnetd.nft.j2", ha__qnetd_firewall_networks=list(networks),
+                          ha__qdevice_port=QNETD_PORT)
 
 
 def shared_disks_rules(luns: int = LUN_COUNT) -> str:
@@ -941,6 +972,81 @@ def start_cluster(app: E2EAppliance) -> None:
     configured pair: a node that comes back rejoins, and pacemaker unfences it before it
     runs anything)."""
     app.check("systemctl enable --now corosync pacemaker watchdog", timeout=180)
+
+
+def start_arbiter(jbod: E2EAppliance) -> None:
+    """corosync-qnetd on the jbod, as the ha role's tasks/qnetd.yml runs it: a CA of its
+    own (the image carries none), readable by the daemon's group, its port open to the
+    storage segment."""
+    jbod.check(f"corosync-qnetd-certutil -i -G >/dev/null && chgrp coroqnetd {QNETD_NSSDB} "
+               f"{QNETD_NSSDB}/cert9.db {QNETD_NSSDB}/key4.db", timeout=120)
+    _put(jbod, "/etc/nftables.zds.d/qnetd.nft", qnetd_nft([f"{SUBNET['storage']}.0/24"]))
+    jbod.check("systemctl restart nftables && systemctl enable --now corosync-qnetd",
+               timeout=120)
+
+
+def qdevice_certificate(jbod: E2EAppliance, app: E2EAppliance, node: str) -> None:
+    """The node's TLS client certificate for the quorum device, as the ha role's
+    tasks/qdevice-certs.yml makes it: trust the arbiter's CA, ask in the cluster's name,
+    the arbiter signs, the node imports it."""
+    net = QDEVICE_NSSDB.rsplit("/", 1)[0]
+    _put(app, f"{net}/qnetd-cacert.crt", jbod.check(f"cat {QNETD_NSSDB}/qnetd-cacert.crt"))
+    app.check(f"rm -rf {QDEVICE_NSSDB} && corosync-qdevice-net-certutil -i -c "
+              f"{net}/qnetd-cacert.crt >/dev/null && "
+              f"corosync-qdevice-net-certutil -r -n {CLUSTER} >/dev/null", timeout=120)
+    crq = f"{QNETD_NSSDB}/{CLUSTER}-{node}.crq"
+    _put(jbod, crq, app.check(f"cat {QDEVICE_NSSDB}/qdevice-net-node.crq"), "0600")
+    signed = jbod.check(f"corosync-qnetd-certutil -s -n {CLUSTER} -c {crq} >&2 && "
+                        f"cat {QNETD_NSSDB}/cluster-{CLUSTER}.crt", timeout=120)
+    _put(app, f"{net}/cluster-{CLUSTER}.crt", signed)
+    app.check(f"corosync-qdevice-net-certutil -M -c {net}/cluster-{CLUSTER}.crt >/dev/null "
+              f"&& certutil -L -d {QDEVICE_NSSDB} -n 'Cluster Cert' >/dev/null", timeout=120)
+
+
+def start_qdevice(app: E2EAppliance) -> None:
+    """The quorum device's client, now and at every boot (the role enables it in a pair
+    that has ha__qdevice_host)."""
+    app.check("systemctl enable --now corosync-qdevice", timeout=180)
+
+
+def use_quorum_device(bed: HaBed, qdevice: QuorumDevice) -> None:
+    """Turns the running pair from two_node to ``qdevice`` without stopping it: the
+    arbiter, the certificates, the new corosync.conf on both nodes, one reload (corosync
+    can drop two_node at run time; wait_for_all stays as it was), then the qdevice
+    client on both. Returns once both nodes count the device's vote."""
+    start_arbiter(bed.jbod)
+    for n in NODES:
+        qdevice_certificate(bed.jbod, bed.nodes[n.name], n.name)
+    conf = corosync_conf(qdevice=qdevice)
+    for n in NODES:
+        _put(bed.nodes[n.name], "/etc/corosync/corosync.conf", conf)
+    bed.nodes[NODES[0].name].check("corosync-cfgtool -R", timeout=120)
+    _in_parallel({n.name: partial(start_qdevice, bed.nodes[n.name]) for n in NODES})
+    deadline = time.monotonic() + 300
+    for n in NODES:
+        while True:
+            _rc, out = bed.nodes[n.name].exec("corosync-quorumtool -s", timeout=60)
+            if device_votes(out) == 1 and re.search(r"^Quorate:\s+Yes", out, re.M):
+                break
+            assert time.monotonic() < deadline, f"no quorum device vote on {n.name}: {out}"
+            time.sleep(3)
+
+
+def device_votes(quorumtool: str) -> int | None:
+    """The votes the quorum device casts on this node, from ``corosync-quorumtool -s``
+    (None: no device registered). corosync's tools/corosync-quorumtool.c prints, after
+    the nodes, a line for node id 0; its votes are 0 while the device casts none here:
+
+        Membership information
+        ----------------------
+            Nodeid      Votes    Qdevice Name
+                 1          1    A,V,NMW 10.97.0.1 (local)
+                 2          1    A,V,NMW 10.97.0.2
+                 0          1            Qdevice
+    (or ``         0          0            Qdevice (votes 1)``)
+    """
+    m = re.search(r"^\s+0\s+(\d+)\s+Qdevice\b", quorumtool, re.M)
+    return int(m.group(1)) if m else None
 
 
 def make_pool(app: E2EAppliance) -> None:

@@ -42,12 +42,15 @@ from tests.e2e.habed import (
     CLIENT_INITIATOR,
     CLUSTER,
     DATA,
+    JBOD_STORAGE_IP,
     NODES,
     PAIR_TOKEN_FILE,
     POOL,
     VIP,
     HaBed,
+    QuorumDevice,
     fence_scsi_key,
+    use_quorum_device,
 )
 from tests.e2e.harounds import (
     GROUP_RSCS,
@@ -57,6 +60,7 @@ from tests.e2e.harounds import (
     NFS_DS,
     NFS_TEXT,
     Served,
+    SplitBrain,
     Takeover,
     client_scsi,
     identity,
@@ -457,6 +461,44 @@ def test_5_both_nodes_lose_power_and_boot_at_once_one_imports(ha_bed: HaBed) -> 
         check_pr_key_kept(ha_bed, holder, served)
 
 
+def check_split_brain(bed: HaBed, r: SplitBrain) -> None:
+    """What every split brain must end with, whichever rule decided it: the node serving
+    kept the group and its key on every disk, the other was fenced, and, booted again
+    alone, had no quorum, could not write to the disks or import the pool; it rejoined
+    holding nothing, and no acknowledged write was lost."""
+    print(f"\n[e2e] split brain (the cluster link cut at {r.fenced}'s port): {r.serving} "
+          f"saw {r.fenced} gone at {r.detected} s and fenced it at {r.fenced_at} s, kept the "
+          f"group {r.group_after}; {r.fenced}'s new boot began {r.self_fenced} s after the "
+          f"cut, it answered at {r.booted} s (quorate alone: {r.quorum_alone}); "
+          f"its write: rc {r.write_refused[0]}, kernel: {r.write_refused[1]!r}; its import: "
+          f"rc {r.import_refused[0]}: {r.import_refused[1].strip()!r}; rejoined at "
+          f"{r.rejoined} s, unfenced at {r.unfenced} s")
+    # exactly one node served: the one that did, without the group ever leaving it
+    assert set(r.group_after.values()) == {r.serving}, r.group_after
+    # the fenced node's key left every LUN; the serving node's stayed
+    assert all(k == [KEYS[r.serving]] for k in r.keys_after.values()), r.keys_after
+    assert not r.quorum_alone and not r.imported_alone, r
+    assert r.write_refused[0] != 0 and "reservation conflict" in r.write_refused[1], r
+    assert r.import_refused[0] != 0, r.import_refused
+    assert "pool is imported on host" in r.import_refused[1], r.import_refused
+    rc, _ = bed.nodes[r.fenced].exec(f"zpool list -H {POOL}")
+    assert rc != 0, f"{r.fenced} holds the pool after rejoining"
+    s = bed.status(r.serving)
+    assert all(s.node_of(rsc) == r.serving for rsc in GROUP_RSCS), s
+    # the serving node kept its key on every disk: no side of the mirror failed there
+    # (a tie-breaker shorter than the fencing lets each node fence the other on one LUN)
+    health = bed.nodes[r.serving].check(f"zpool status -x {POOL}")
+    assert "is healthy" in health, health
+    if SERVED:
+        for kind, w in r.writes.items():
+            print(f"[e2e] {kind} writer through the split brain: {w.before + w.after} "
+                  f"acknowledged, longest wait {w.longest_wait:.1f} s, {len(w.lost)} lost, "
+                  f"failed: {len(w.errors)}")
+        assert set(r.writes) == {"nfs", "lun"}, r.writes
+        for kind, w in r.writes.items():
+            assert w.after > 0 and w.lost == () and w.errors == (), (kind, w)
+
+
 @after_the_first_round
 def test_6_split_brain_the_serving_node_wins_the_other_is_fenced_and_refused(
         ha_bed: HaBed) -> None:
@@ -469,39 +511,49 @@ def test_6_split_brain_the_serving_node_wins_the_other_is_fenced_and_refused(
     and ZFS's MMP refuses its import; with the link back it rejoins and is unfenced."""
     served = SERVED[0] if SERVED else None
     r = split_brain_round(ha_bed, served, set(KEYS.values()))
-    print(f"\n[e2e] split brain (the cluster link cut at {r.fenced}'s port): {r.serving} "
-          f"saw {r.fenced} gone at {r.detected} s and fenced it at {r.fenced_at} s, kept the "
-          f"group {r.group_after}; {r.fenced}'s new boot began {r.self_fenced} s after the "
-          f"cut, it answered at {r.booted} s (quorate alone: {r.quorum_alone}); "
-          f"its write: rc {r.write_refused[0]}, kernel: {r.write_refused[1]!r}; its import: "
-          f"rc {r.import_refused[0]}: {r.import_refused[1].strip()!r}; rejoined at "
-          f"{r.rejoined} s, unfenced at {r.unfenced} s")
-    # exactly one node served: the one that did, without the group ever leaving it
-    assert set(r.group_after.values()) == {r.serving}, r.group_after
+    check_split_brain(ha_bed, r)
     # the serving node won the fence race, and the other rebooted itself only after it
     # (its watchdog check found its key gone), not before
     history = ha_bed.fence_history(r.serving, r.fenced)
     assert any(e.status == "success" and e.delegate == r.serving for e in history), history
     assert r.fenced_at is not None and r.self_fenced >= r.fenced_at - 5, r
-    # the fenced node's key left every LUN; the serving node's stayed
-    assert all(k == [KEYS[r.serving]] for k in r.keys_after.values()), r.keys_after
-    assert not r.quorum_alone and not r.imported_alone, r
-    assert r.write_refused[0] != 0 and "reservation conflict" in r.write_refused[1], r
-    assert r.import_refused[0] != 0, r.import_refused
-    assert "pool is imported on host" in r.import_refused[1], r.import_refused
-    rc, _ = ha_bed.nodes[r.fenced].exec(f"zpool list -H {POOL}")
-    assert rc != 0, f"{r.fenced} holds the pool after rejoining"
-    s = ha_bed.status(r.serving)
-    assert all(s.node_of(rsc) == r.serving for rsc in GROUP_RSCS), s
-    # the serving node kept its key on every disk: no side of the mirror failed there
-    # (a tie-breaker shorter than the fencing lets each node fence the other on one LUN)
-    health = ha_bed.nodes[r.serving].check(f"zpool status -x {POOL}")
-    assert "is healthy" in health, health
-    if served:
-        for kind, w in r.writes.items():
-            print(f"[e2e] {kind} writer through the split brain: {w.before + w.after} "
-                  f"acknowledged, longest wait {w.longest_wait:.1f} s, {len(w.lost)} lost, "
-                  f"failed: {len(w.errors)}")
-        assert set(r.writes) == {"nfs", "lun"}, r.writes
-        for kind, w in r.writes.items():
-            assert w.after > 0 and w.lost == () and w.errors == (), (kind, w)
+
+
+@after_the_first_round
+def test_7_quorum_device_gives_the_split_to_the_serving_node_without_a_fence_race(
+        ha_bed: HaBed) -> None:
+    """The pair turned to a quorum device (corosync-qnetd on the jbod, reached on the
+    storage segment, TLS with certificates its CA signed, ffsplit) while it serves,
+    then the same cut as test 6: qnetd gives its vote to the side that has the pool
+    imported (the role's heuristic), so the node serving stays quorate and fences the
+    other, which is not quorate and fences no one. The tie_breaker names the idle node,
+    so only the heuristic can decide for the serving one. Last in the module: the bed
+    stays on the quorum device."""
+    serving = ha_bed.active()
+    idle = ha_bed.peer(serving)
+    t0 = time.monotonic()
+    use_quorum_device(ha_bed, QuorumDevice(
+        JBOD_STORAGE_IP, tie_breaker=str(ha_bed.spec(idle).nodeid)))
+    switched = time.monotonic() - t0
+    state = {n.name: ha_bed.nodes[n.name].check("corosync-qdevice-tool -s -v")
+             for n in NODES}
+    shown = [line.strip() for line in state[serving].splitlines()
+             if "Heuristics result" in line or "TLS active" in line]
+    print(f"\n[e2e] the pair took the quorum device in {switched:.1f} s; "
+          f"{serving}: {' / '.join(shown)}")
+    for node, out in state.items():
+        assert "State:" in out and "Connected" in out, (node, out)
+        assert "TLS active: Yes" in out, (node, out)
+    served = SERVED[0] if SERVED else None
+    t_cut = time.time()
+    offset, _ = ha_bed.clock_offset(ha_bed.nodes[serving])
+    r = split_brain_round(ha_bed, served, set(KEYS.values()))
+    assert r.serving == serving, r
+    check_split_brain(ha_bed, r)
+    # the node serving never left the primary component: qnetd's vote stayed with it
+    lost = [e.message for e in ha_bed.journal(serving, t_cut + offset)
+            if "non-primary component" in e.message or "Quorum lost" in e.message]
+    assert not lost, lost
+    # and it fenced the idle node without waiting for a tie-breaker delay
+    history = ha_bed.fence_history(serving, idle)
+    assert any(e.status == "success" and e.delegate == serving for e in history), history

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 import subprocess
 import time
 from itertools import pairwise
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from appliance.host.cluster import parse_corosync_nodes
 from tests.e2e import habed as H
 
 CRM_MON = """\
@@ -166,6 +168,70 @@ def test_corosync_conf_comes_from_the_role_template_with_two_node_quorum() -> No
     three = (*H.NODES, H.NodeSpec("ha-c", 3, "c"))
     assert "two_node" not in H.corosync_conf(three)  # three votes need no tie-breaker
     assert conf.count("{") == conf.count("}")
+
+
+def test_corosync_conf_with_a_quorum_device_drops_two_node_and_keeps_wait_for_all() -> None:
+    conf = H.corosync_conf(qdevice=H.QuorumDevice("10.98.0.10", tie_breaker="2"))
+    assert "two_node:" not in conf  # corosync refuses two_node beside a device
+    assert "wait_for_all: 1" in conf  # what the bed's running pair keeps (not reloadable)
+    device = conf[conf.index("device {"):conf.index("logging {")]
+    for line in ("model: net", "votes: 1", "host: 10.98.0.10", "port: 5403",
+                 "algorithm: ffsplit", "tie_breaker: 2", "tls: on", "mode: sync"):
+        assert line in device, (line, device)
+    assert conf.count("{") == conf.count("}")
+    # the appliance's own reader of the nodelist is not misled by the nested sections
+    assert parse_corosync_nodes(conf) == {n.name: n.nodeid for n in H.NODES}
+    two_node = H.corosync_conf()
+    assert "device {" not in two_node and "two_node: 1" in two_node
+
+
+def _heuristic(conf: str) -> list[str]:
+    line = next(ln for ln in conf.splitlines() if ln.strip().startswith("exec_"))
+    # corosync-qdevice splits the value as a Bourne shell would
+    return shlex.split(line.split(":", 1)[1])
+
+
+@pytest.mark.parametrize(("imported", "passes"), [
+    ("tank\nhapool\n", True), ("hapool\n", True), ("tank\n", False), ("", False),
+    ("hapool2\ntank\n", False), ("xhapool\n", False)])
+def test_the_quorum_device_heuristic_passes_exactly_where_a_pairs_pool_is_imported(
+        imported: str, passes: bool) -> None:
+    argv = _heuristic(H.corosync_conf(qdevice=H.QuorumDevice("10.98.0.10")))
+    assert argv[:2] == ["/bin/sh", "-c"] and len(argv) == 3, argv
+    listing = "/sbin/zpool list -H -o name"
+    assert argv[2].startswith(listing), argv
+    script = argv[2].replace(listing, f"printf '{imported}'")
+    assert (subprocess.run(["/bin/sh", "-c", script]).returncode == 0) is passes
+
+
+def test_no_heuristic_without_pools_or_when_turned_off() -> None:
+    conf = H._role_template(
+        "corosync.conf.j2", ha__cluster_name="c", ha__token_ms=3000, ha__two_node=False,
+        ha__nodes=[], ha__qdevice_host="q", ha__qdevice_port=5403,
+        ha__qdevice_algorithm="ffsplit", ha__qdevice_tie_breaker="lowest",
+        ha__qdevice_tls="on", ha__qdevice_heuristics=True, ha__pools=[])
+    assert "device {" in conf and "heuristics" not in conf
+    off = H.corosync_conf(qdevice=H.QuorumDevice("10.98.0.10", heuristics=False))
+    assert "heuristics" not in off and "exec_" not in off
+
+
+def test_device_votes_reads_the_qdevice_line_of_corosync_quorumtool() -> None:
+    head = ("Quorate:          Yes\n\nMembership information\n----------------------\n"
+            "    Nodeid      Votes    Qdevice Name\n"
+            "         1          1    A,V,NMW 10.97.0.1 (local)\n"
+            "         2          1    A,V,NMW 10.97.0.2\n")
+    assert H.device_votes(head + "         0          1            Qdevice\n") == 1
+    assert H.device_votes(head + "         0          0            Qdevice (votes 1)\n") == 0
+    assert H.device_votes(head) is None
+    two_node = ("    Nodeid      Votes Name\n         1          1 10.97.0.1 (local)\n")
+    assert H.device_votes(two_node) is None
+
+
+def test_qnetd_firewall_drop_in_opens_its_tcp_port_to_the_given_networks() -> None:
+    nft = H.qnetd_nft(["10.98.0.0/24", "fd00::/64"])
+    assert 'tcp dport 5403 ip saddr { 10.98.0.0/24 } accept comment "corosync-qnetd"' in nft
+    assert 'tcp dport 5403 ip6 saddr { fd00::/64 } accept' in nft
+    assert "ip6" not in H.qnetd_nft(["10.98.0.0/24"])
 
 
 def test_udev_rule_takes_the_watch_off_exactly_the_shared_luns() -> None:
