@@ -17,12 +17,13 @@ having forgotten the pool's datastores, a planned failover moves the pool back,
 both nodes lose power together and boot together (one imports the pool), and the
 corosync link between them is cut (a split brain: the node serving fences the other,
 which reboots itself and, booted again alone, can neither write to the disks nor import
-the pool).
+the pool), and, last, the pair is turned to a quorum device (corosync-qnetd on the jbod)
+and cut again (the vote decides: no fence race).
 
 The default run has the bed (restored configured, conftest/habed: about 25 s instead of
 9-12 min) and its first unplanned round, tests 1 to 2 (issue 21); the rejoin, the
-planned failover, the power loss of both and the split brain (about 20 min more under
-TCG) run with ZDS_E2E_HA=1. ZDS_E2E_HA=0 skips
+planned failover, the power loss of both, the split brain and the quorum device (about
+30 min more under TCG) run with ZDS_E2E_HA=1. ZDS_E2E_HA=0 skips
 the module."""
 
 from __future__ import annotations
