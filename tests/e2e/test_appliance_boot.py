@@ -84,9 +84,9 @@ def test_kernel_nfs_server_is_carried_but_masked(appliance: E2EAppliance) -> Non
 
 def test_cluster_stack_is_carried_but_inert(appliance: E2EAppliance) -> None:
     """corosync, pacemaker, crmsh, fence_scsi, the watchdog daemon and the quorum
-    device's client and arbiter are in the image for HA pairs (ansible role ha); an appliance that is not in a pair runs none of them, and
-    without a corosync.conf (Debian's one-node sample is removed) corosync cannot even
-    start."""
+    device's client and arbiter are in the image for HA pairs (ansible role ha); an
+    appliance that is not in a pair runs none of them, and without a corosync.conf
+    (Debian's one-node sample is removed) corosync cannot even start."""
     appliance.check("command -v corosync pacemakerd crm fence_scsi sg_persist iscsiadm "
                     "watchdog corosync-qdevice corosync-qnetd")
     units = "corosync pacemaker logd watchdog corosync-qdevice corosync-qnetd"
