@@ -19,6 +19,7 @@ from appliance.model import (
     DATASTORE_PROPERTIES,
     DatastoreRecord,
     DatastoreSpec,
+    InitiatorGroup,
     IscsiAccess,
     NfsClient,
     NvmeAccess,
@@ -37,6 +38,7 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
     iqns = {r.iqn for r in records if r.iqn}
     serials = {r.serial for r in records if r.serial}
     nqns = {r.nqn for r in records if r.nqn}
+    groups = {g.name: g for g in ctx.store.list_groups()}
     adopted = []
     for pool in sorted(pools):
         mount: str | None = None  # POOL/datastores', listed first: CHAP credentials there
@@ -83,6 +85,7 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
                             ds.name, rec.export_id, new_id)
                 rec = replace(rec, export_id=new_id)
                 ctx.zfs.set_properties(ds.name, {"zds:export_id": str(new_id)})
+            _adopt_groups(ctx, rec, mount, groups)
             try:
                 ctx.store.put_datastore(rec)
             except Exception as exc:  # one bad dataset must not stop the others
@@ -101,6 +104,32 @@ def adopt(ctx: Context, pools: Iterable[str]) -> list[str]:
             known.add(rec.name)
             log.info("adopted datastore %s from pool %s", rec.name, pool)
     return adopted
+
+
+def _adopt_groups(ctx: Context, rec: DatastoreRecord, mount: str | None,
+                  groups: dict[str, InitiatorGroup]) -> None:
+    """Makes the initiator groups ``rec`` names that this node lacks from the copies its
+    pool keeps (pool_secrets.keep_groups); ``groups`` (this node's, by name) is updated.
+    A group here whose members differ from the pool's copy is kept and logged: the
+    admin's groups on this node win, and the hosts it names are the ones served."""
+    for name in rec.spec.initiator_groups:
+        kept = pool_secrets.read_group(ctx.local, mount, name) if mount else None
+        here = groups.get(name)
+        if here is not None:
+            if kept is not None and kept.initiators != here.initiators:
+                log.warning("adopting %s: initiator group %s here (%s) differs from the "
+                            "pool's copy (%s); this node's is used", rec.name, name,
+                            ", ".join(here.initiators), ", ".join(kept.initiators))
+            continue
+        if kept is None:
+            log.error("adopting %s: initiator group %s is neither here nor on the pool; "
+                      "the hosts it named are not served until it is made", rec.name, name)
+            continue
+        made = replace(kept, created=time.time())
+        ctx.store.put_group(made)
+        groups[name] = made
+        log.info("adopting %s: made initiator group %s from the pool's copy (%s)",
+                 rec.name, name, ", ".join(made.initiators))
 
 
 def record_from_properties(pool: str, ds: DatasetInfo) -> DatastoreRecord | None:

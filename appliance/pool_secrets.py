@@ -10,6 +10,13 @@ datastore is made or changed, removed when it loses CHAP or is deleted, read whe
 pool's datastores are adopted. Only what the system disk held moves: whoever can read
 the pool's disks could read them, as whoever can read the system disk could read the
 appliance's database (docs/security.md).
+
+The initiator groups the pool's datastores name move the same way: a datastore's
+``zds:access`` names its groups, but the groups (who the hosts are) live in the
+appliance's database, so a node that took the pool without them would serve the LUN to
+no host. Each group a datastore on the pool uses is kept in
+``<mount>/.zds-groups/<group>.json``, written when such a datastore is made or changed
+and when the group changes; adoption makes the ones this node lacks.
 """
 
 from __future__ import annotations
@@ -19,14 +26,16 @@ import logging
 from dataclasses import asdict, replace
 from pathlib import Path
 
+from appliance import validate
 from appliance.errors import ZdsError
 from appliance.host.local import LocalHost
 from appliance.host.zfs import DatasetInfo, ZfsHost
-from appliance.model import DATASTORE_PARENT, ChapSettings, DatastoreRecord
+from appliance.model import DATASTORE_PARENT, ChapSettings, DatastoreRecord, InitiatorGroup
 
 log = logging.getLogger(__name__)
 
 SECRETS_DIR = ".zds-secrets"
+GROUPS_DIR = ".zds-groups"
 
 
 def secrets_file(mountpoint: str, name: str) -> Path:
@@ -58,14 +67,17 @@ def forget(zfs: ZfsHost, local: LocalHost, rec: DatastoreRecord) -> None:
         _store(zfs, local, rec.spec.pool, rec.name, None)
 
 
+def _mount(zfs: ZfsHost, pool: str) -> str | None:
+    return mount_of(zfs.get_dataset(f"{pool}/{DATASTORE_PARENT}", ("mountpoint", "mounted")))
+
+
 def _store(zfs: ZfsHost, local: LocalHost, pool: str, name: str,
            chap: ChapSettings | None) -> None:
     """Writes (or, with None, removes) datastore ``name``'s file on ``pool``. A pool that
     cannot keep it is logged: the datastore is served all the same, and only a takeover
     would need the credentials given again."""
     try:
-        mount = mount_of(zfs.get_dataset(f"{pool}/{DATASTORE_PARENT}",
-                                         ("mountpoint", "mounted")))
+        mount = _mount(zfs, pool)
         if mount is None:
             log.warning("%s/%s is not mounted: the CHAP credentials of %s stay on this "
                         "node only", pool, DATASTORE_PARENT, name)
@@ -102,3 +114,47 @@ def read(local: LocalHost, mountpoint: str, name: str) -> ChapSettings | None:
 def replace_chap(rec: DatastoreRecord, chap: ChapSettings | None) -> DatastoreRecord:
     """``rec`` with other CHAP credentials (or none)."""
     return replace(rec, spec=replace(rec.spec, iscsi=replace(rec.spec.iscsi, chap=chap)))
+
+
+def group_file(mountpoint: str, name: str) -> Path:
+    """Where initiator group ``name`` is kept under a pool's mounted ``POOL/datastores``."""
+    return Path(mountpoint) / GROUPS_DIR / f"{name}.json"
+
+
+def keep_groups(zfs: ZfsHost, local: LocalHost, pool: str,
+                groups: list[InitiatorGroup]) -> None:
+    """Writes ``groups`` (used by datastores on ``pool``) onto the pool. Nothing to write
+    costs nothing; a pool that cannot keep them is logged (served all the same: only a
+    takeover would find a group missing)."""
+    if not groups:
+        return
+    try:
+        mount = _mount(zfs, pool)
+        if mount is None:
+            log.warning("%s/%s is not mounted: initiator groups %s stay on this node only",
+                        pool, DATASTORE_PARENT, ", ".join(g.name for g in groups))
+            return
+        for g in groups:
+            local.write_secret(group_file(mount, g.name), json.dumps(
+                {"name": g.name, "initiators": list(g.initiators)}, sort_keys=True))
+    except (ZdsError, OSError) as exc:
+        log.warning("cannot keep initiator groups on pool %s: %s", pool, exc)
+
+
+def read_group(local: LocalHost, mountpoint: str, name: str) -> InitiatorGroup | None:
+    """Group ``name`` as kept under ``mountpoint``; None when it is not there or the file
+    is not what :func:`keep_groups` writes (logged)."""
+    path = group_file(mountpoint, name)
+    text = local.read_text(path)
+    if text is None:
+        return None
+    try:
+        found = json.loads(text)
+        initiators = found["initiators"]
+        if found["name"] != name or not isinstance(initiators, list):
+            raise TypeError("not a group of initiator names")
+        return InitiatorGroup(name, tuple(sorted({validate.initiator_name(i)
+                                                  for i in initiators})))
+    except (ValueError, KeyError, TypeError, ZdsError) as exc:
+        log.error("ignoring %s: %s", path, exc)
+        return None

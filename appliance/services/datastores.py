@@ -621,6 +621,13 @@ class DatastoreService:
         else:
             storage.create(self.ctx.zfs, spec, props)
         pool_secrets.keep(self.ctx.zfs, self.ctx.local, rec)
+        self._keep_groups(rec)
+
+    def _keep_groups(self, rec: DatastoreRecord) -> None:
+        """The initiator groups ``rec`` names, kept on its pool (they move with it)."""
+        groups = [g for g in map(self.ctx.store.get_group, rec.spec.initiator_groups)
+                  if g is not None]
+        pool_secrets.keep_groups(self.ctx.zfs, self.ctx.local, rec.spec.pool, groups)
 
     def _update(self, rec: DatastoreRecord, spec: DatastoreSpec) -> DatastoreView:
         old = rec.spec
@@ -655,6 +662,7 @@ class DatastoreService:
             raise
         pool_secrets.keep(self.ctx.zfs, self.ctx.local, new,
                           had_chap=old.iscsi.chap is not None)
+        self._keep_groups(new)
         report = self.reconciler.datastores([new])
         failures = report.failures_for(*transport.subjects(new), "zfs")
         if spec.size > old.size and not failures:

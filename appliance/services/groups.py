@@ -7,7 +7,7 @@ from __future__ import annotations
 import builtins
 from dataclasses import dataclass
 
-from appliance import validate
+from appliance import pool_secrets, validate
 from appliance.context import Context
 from appliance.errors import Conflict, NotFound, Unavailable
 from appliance.model import InitiatorGroup
@@ -56,6 +56,9 @@ class InitiatorGroupService:
                                       "applied")
             group = InitiatorGroup(name, iqns, created=old.created if old else 0.0)
             self.ctx.store.put_group(group)
+            # the pools of the datastores that use it keep it (it moves with them)
+            for pool in sorted({r.spec.pool for r in records}):
+                pool_secrets.keep_groups(self.ctx.zfs, self.ctx.local, pool, [group])
             if users:
                 report = self.reconciler.datastores(records)
                 failures = report.failures_for(

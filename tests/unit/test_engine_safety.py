@@ -4,8 +4,10 @@ owners' objects alone, and must adopt pools from other appliances without clashe
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
+import pytest
 from fastapi.testclient import TestClient
 
 from appliance import pool_secrets
@@ -15,7 +17,7 @@ from appliance.model import ChapSettings
 from appliance.services.datastores import DatastoreRequest
 from appliance.transports.iscsi import IscsiTransport
 from tests.unit.conftest import Rig, make_rig
-from tests.unit.test_api_datastores import ESX, iscsi_body, nfs_body
+from tests.unit.test_api_datastores import ESX, ESX2, iscsi_body, nfs_body
 
 API = "/api/v1"
 CHAP = ChapSettings("esx", "abcdefghijkl")
@@ -144,6 +146,75 @@ def test_chap_credentials_on_the_pool_follow_the_datastore(tmp_path: Path) -> No
     assert a.local.read_text(SECURE_FILE) is None
     a.local.write_secret(SECURE_FILE, '{"user": "esx"}')
     assert pool_secrets.read(a.local, "/tank/datastores", "secure") is None
+    a.engine.close()
+
+
+ESX3 = "iqn.1998-01.com.vmware:esxi03-9b3e"
+GROUP_FILE = Path("/tank/datastores/.zds-groups/esx.json")
+
+
+def _served_initiators(rig: Rig) -> set[str]:
+    rig.engine.reconciler.full()
+    (target,) = rig.lio.list_targets()
+    return {acl.initiator for acl in target.spec.acls}
+
+
+def test_initiator_groups_move_with_the_pool(tmp_path: Path) -> None:
+    """A node that takes the pool without the group a LUN names would serve it to no
+    host: the pool keeps the group, and adoption makes it where it is missing."""
+    a = make_rig(tmp_path / "a")
+    a.engine.start()
+    a.engine.groups.put("esx", [ESX, ESX2])
+    a.engine.datastores.put("lun", DatastoreRequest(protocol="iscsi", size="1G",
+                                                    initiator_groups=["esx"]))
+    assert json.loads(a.local.read_text(GROUP_FILE) or "{}") == {
+        "name": "esx", "initiators": sorted([ESX, ESX2])}
+    assert _served_initiators(a) == {ESX, ESX2}
+    # the other node: the pool's datastores and groups are not in its database
+    a.engine.store.delete_datastore("lun")
+    a.engine.store.delete_group("esx")
+    assert adopt(a.engine.ctx, ["tank"]) == ["lun"]
+    group = a.engine.store.get_group("esx")
+    assert group is not None and group.initiators == tuple(sorted([ESX, ESX2]))
+    assert a.engine.datastores.record("lun").spec.iscsi.initiator_groups == ("esx",)
+    assert _served_initiators(a) == {ESX, ESX2}
+    # a change of the group is kept on the pool too
+    a.engine.groups.put("esx", [ESX3])
+    assert json.loads(a.local.read_text(GROUP_FILE) or "{}")["initiators"] == [ESX3]
+    a.engine.close()
+
+
+def test_adoption_keeps_this_nodes_group_and_says_when_the_pools_copy_differs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a = make_rig(tmp_path / "a")
+    a.engine.start()
+    a.engine.groups.put("esx", [ESX])
+    a.engine.datastores.put("lun", DatastoreRequest(protocol="iscsi", size="1G",
+                                                    initiator_groups=["esx"]))
+    a.engine.store.delete_datastore("lun")
+    a.engine.groups.put("esx", [ESX2])  # this node's group is not the pool's any more
+    with caplog.at_level(logging.WARNING, logger="appliance.adoption"):
+        assert adopt(a.engine.ctx, ["tank"]) == ["lun"]
+    assert "differs from the pool's copy" in caplog.text
+    assert _served_initiators(a) == {ESX2}
+    a.engine.close()
+
+
+def test_a_group_neither_here_nor_on_the_pool_is_reported_not_invented(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a = make_rig(tmp_path / "a")
+    a.engine.start()
+    a.engine.groups.put("esx", [ESX])
+    a.engine.datastores.put("lun", DatastoreRequest(protocol="iscsi", size="1G",
+                                                    initiator_groups=["esx"]))
+    a.engine.store.delete_datastore("lun")
+    a.engine.store.delete_group("esx")
+    a.local.write_secret(GROUP_FILE, '{"name": "esx", "initiators": ["not an iqn"]}')
+    with caplog.at_level(logging.INFO):
+        assert adopt(a.engine.ctx, ["tank"]) == ["lun"]
+    assert a.engine.store.get_group("esx") is None
+    assert "ignoring" in caplog.text and "neither here nor on the pool" in caplog.text
+    assert pool_secrets.read_group(a.local, "/tank/datastores", "other") is None
     a.engine.close()
 
 
