@@ -162,15 +162,22 @@ def nfs_body() -> dict[str, Any]:
             "nfs": {"clients": [{"match": "10.96.0.0/24", "access": "rw"}]}}
 
 
+# the client's host, named through an initiator group (as ESXi clusters are): the group
+# lives in each node's database, so the node taking the pool must get it from the pool
+CLIENT_GROUP = "haclients"
+
+
 def lun_body() -> dict[str, Any]:
     return {"protocol": "iscsi", "size": "1G", "pool": POOL,
-            "iscsi": {"initiators": [CLIENT_INITIATOR]}}
+            "iscsi": {"initiator_groups": [CLIENT_GROUP]}}
 
 
 def serve(bed: HaBed, active: str) -> Served:
     """Makes NFS_DS and LUN_DS through ``active``'s API; the client mounts the export and
     logs in to the LUN through the VIP and writes NFS_TEXT and LUN_TEXT to them."""
     with bed.api(active) as api:
+        ok(api.put(f"/initiator-groups/{CLIENT_GROUP}",
+                   json={"initiators": [CLIENT_INITIATOR]}), 201)
         ok(api.put(f"/datastores/{NFS_DS}", json=nfs_body()), 201)
         ok(api.put(f"/datastores/{LUN_DS}", json=lun_body()), 201)
         nfs, lun = (ok(api.get(f"/datastores/{n}")) for n in (NFS_DS, LUN_DS))

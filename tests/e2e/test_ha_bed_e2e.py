@@ -54,6 +54,7 @@ from tests.e2e.habed import (
     use_quorum_device,
 )
 from tests.e2e.harounds import (
+    CLIENT_GROUP,
     GROUP_RSCS,
     LUN_DS,
     LUN_TEXT,
@@ -127,6 +128,16 @@ def check_chap_served(bed: HaBed, node: str) -> None:
         chap = ok(api.get(f"/datastores/{CHAP_DS}"))
     assert chap["state"] == "ready" and chap["serving"], chap
     assert chap["iscsi"]["chap_user"] == CHAP["user"], chap
+
+
+def check_group_kept(bed: HaBed, node: str) -> None:
+    """The initiator group the LUN names is on ``node`` with the client in it: the node
+    that took the pool made it from the pool's copy (before, it served the LUN to no
+    host)."""
+    with bed.api(node) as api:
+        group = ok(api.get(f"/initiator-groups/{CLIENT_GROUP}"))
+    assert group["initiators"] == [CLIENT_INITIATOR], group
+    assert LUN_DS in group["used_by"], group
 
 
 def check_served_through(t: Takeover, served: Served) -> None:
@@ -344,6 +355,7 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
         notes = ha_bed.nodes[survivor].check(f"zfs get -H -o property all {POOL}")
         assert "zds:job:" not in notes, notes
         check_chap_served(ha_bed, survivor)
+        check_group_kept(ha_bed, survivor)
 
     # a datastore the survivor makes takes its export id from the survivor's own block
     # (its corosync nodeid, read with crm_node from corosync.conf), never an id the
@@ -409,6 +421,7 @@ def test_4_planned_failover_moves_the_pool_with_the_same_identities(ha_bed: HaBe
     check_served_through(t, SERVED[0])
     check_pr_key_kept(ha_bed, dst, SERVED[0])
     check_chap_served(ha_bed, dst)
+    check_group_kept(ha_bed, dst)
     assert NFS_DS not in left and LUN_DS not in left, left
 
 
