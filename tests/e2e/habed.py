@@ -109,6 +109,9 @@ LUN_COMMAND_TIMEOUT_S, LUN_REPLACEMENT_TIMEOUT_S = 300, 900
 # unplanned takeover of the serving node.
 PRIORITY_FENCING_DELAY = "45s"
 WATCHDOG_INTERVAL_S = 10
+# The pool agent's monitor: with a node rebooting beside it under TCG, one on the serving
+# node took over 60 s (the role's default) and pacemaker restarted the group there.
+POOL_MONITOR_TIMEOUT = "180s"
 # The quorum device's arbiter (test 7): corosync-qnetd on the jbod guest, which both
 # nodes reach on the storage segment, a path of its own beside the cluster link.
 QNETD_PORT = 5403
@@ -282,7 +285,7 @@ def crm_config(nodes: tuple[NodeSpec, ...] = NODES, luns: int = LUN_COUNT) -> st
         ha__fence_resource=FENCE_RSC, ha__stonith_timeout="180s", ha__stickiness=100,
         ha__priority_fencing_delay=PRIORITY_FENCING_DELAY, ha__pool_priority=10,
         ha__pool_start_timeout="300s", ha__pool_stop_timeout="180s",
-        ha__pool_monitor_interval="20s",
+        ha__pool_monitor_interval="20s", ha__pool_monitor_timeout=POOL_MONITOR_TIMEOUT,
         ha__pools=[{"name": POOL, "address": VIP, "cidr_netmask": 24, "also": [WWW_RSC]}],
         ha__crm_extra=extra)
 
@@ -994,11 +997,14 @@ def qdevice_certificate(jbod: E2EAppliance, app: E2EAppliance, node: str) -> Non
     app.check(f"rm -rf {QDEVICE_NSSDB} && corosync-qdevice-net-certutil -i -c "
               f"{net}/qnetd-cacert.crt >/dev/null && "
               f"corosync-qdevice-net-certutil -r -n {CLUSTER} >/dev/null", timeout=120)
+    # the request and the signed certificate are DER (binary): carried in base64
     crq = f"{QNETD_NSSDB}/{CLUSTER}-{node}.crq"
-    _put(jbod, crq, app.check(f"cat {QDEVICE_NSSDB}/qdevice-net-node.crq"), "0600")
-    signed = jbod.check(f"corosync-qnetd-certutil -s -n {CLUSTER} -c {crq} >&2 && "
-                        f"cat {QNETD_NSSDB}/cluster-{CLUSTER}.crt", timeout=120)
-    _put(app, f"{net}/cluster-{CLUSTER}.crt", signed)
+    _put(jbod, crq, base64.b64decode(
+        app.check(f"base64 -w0 {QDEVICE_NSSDB}/qdevice-net-node.crq")), "0600")
+    # (the guest agent returns stdout and stderr together: the tool's chatter is dropped)
+    signed = jbod.check(f"corosync-qnetd-certutil -s -n {CLUSTER} -c {crq} >/dev/null 2>&1 && "
+                        f"base64 -w0 {QNETD_NSSDB}/cluster-{CLUSTER}.crt", timeout=120)
+    _put(app, f"{net}/cluster-{CLUSTER}.crt", base64.b64decode(signed))
     app.check(f"corosync-qdevice-net-certutil -M -c {net}/cluster-{CLUSTER}.crt >/dev/null "
               f"&& certutil -L -d {QDEVICE_NSSDB} -n 'Cluster Cert' >/dev/null", timeout=120)
 

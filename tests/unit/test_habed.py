@@ -270,6 +270,7 @@ def test_crm_config_fences_with_scsi_keys_and_groups_zds_agent_ip_service() -> N
     assert devices.group(1).split(",") == [H.lun_path(i) for i in range(H.LUN_COUNT)]
     agent = crm[crm.index("primitive zds-hapool-pool"):crm.index("primitive zds-hapool-ip")]
     assert "ocf:zds:pool" in agent and "pool=hapool" in agent
+    assert f"op monitor interval=20s timeout={H.POOL_MONITOR_TIMEOUT}" in agent, agent
     assert "op start timeout=300s" in agent  # the MMP activity check, under TCG
     assert f"ip={H.VIP} cidr_netmask=24" in crm
     assert crm.rstrip().endswith("group zds-hapool zds-hapool-pool zds-hapool-ip ha-www")
