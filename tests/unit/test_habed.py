@@ -464,3 +464,40 @@ def test_pacemaker_waits_for_quorum_before_it_starts() -> None:
                               input=QUORATE.format(answer), text=True).returncode == 0
 
     assert quorate("Yes") and not quorate("No")
+
+
+class _StubNode:
+    def __init__(self) -> None:
+        self.commands: list[str] = []
+
+    def check(self, cmd: str, timeout: float = 0) -> str:
+        self.commands.append(cmd)
+        return ""
+
+
+class _StubBed:
+    """wait_status fails ``fails`` times (the group never started), then succeeds."""
+
+    def __init__(self, fails: int) -> None:
+        self.fails = fails
+        self.nodes = {"ha-a": _StubNode()}
+
+    def wait_status(self, on: str, ready: object, timeout: float = 0, what: str = "") -> None:
+        if self.fails:
+            self.fails -= 1
+            raise AssertionError(f"cluster not {what}")
+
+
+@pytest.mark.parametrize("fails", [0, 1, 2])
+def test_the_first_start_is_retried_with_a_refresh_after_a_given_up_unfencing(
+        fails: int) -> None:
+    bed = _StubBed(fails)
+    assert H.wait_first_serving(bed, "ha-a") == fails  # type: ignore[arg-type]
+    assert bed.nodes["ha-a"].commands == ["crm_resource --refresh"] * fails
+
+
+def test_the_first_start_gives_up_after_its_rounds() -> None:
+    bed = _StubBed(3)
+    with pytest.raises(AssertionError, match="serving"):
+        H.wait_first_serving(bed, "ha-a")  # type: ignore[arg-type]
+    assert bed.nodes["ha-a"].commands == ["crm_resource --refresh"] * 2
