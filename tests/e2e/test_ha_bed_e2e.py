@@ -67,6 +67,7 @@ from tests.e2e.harounds import (
     client_scsi,
     identity,
     kill_round,
+    lun_body,
     lun_read,
     nfs_body,
     planned_round,
@@ -233,11 +234,7 @@ def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
         assert err["code"] == "not_active" and err["detail"]["active"] == active, err
         h = ok(api.get("/system/health"))
         assert h["cluster"]["role"] == "standby" and h["cluster"]["peer"] == active, h
-        # (named by initiator, not by the group: the group is made on the active node
-        # only, and a standby validates the body before it says not_active)
-        r = api.put(f"/datastores/{LUN_DS}", json={
-            "protocol": "iscsi", "size": "1G", "pool": POOL,
-            "iscsi": {"initiators": [CLIENT_INITIATOR]}})
+        r = api.put(f"/datastores/{LUN_DS}", json=lun_body())
         assert r.status_code == 503, r.text
     served = serve(ha_bed, active)
     # LIO's implicit ALUA: one target port group, active/optimized, so ESXi claims the
