@@ -184,14 +184,21 @@ def test_initiator_groups_move_with_the_pool(tmp_path: Path) -> None:
     a.engine.close()
 
 
-def test_adoption_keeps_this_nodes_group_and_says_when_the_pools_copy_differs(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def _pool_with_a_lun_named_by_group(tmp_path: Path) -> Rig:
+    """A rig whose pool carries LUN ``lun`` named through group ``esx`` (ESX), the
+    datastore's record gone, as on a node that has just taken the pool."""
     a = make_rig(tmp_path / "a")
     a.engine.start()
     a.engine.groups.put("esx", [ESX])
     a.engine.datastores.put("lun", DatastoreRequest(protocol="iscsi", size="1G",
                                                     initiator_groups=["esx"]))
     a.engine.store.delete_datastore("lun")
+    return a
+
+
+def test_adoption_keeps_this_nodes_group_and_says_when_the_pools_copy_differs(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    a = _pool_with_a_lun_named_by_group(tmp_path)
     a.engine.groups.put("esx", [ESX2])  # this node's group is not the pool's any more
     with caplog.at_level(logging.WARNING, logger="appliance.adoption"):
         assert adopt(a.engine.ctx, ["tank"]) == ["lun"]
@@ -202,12 +209,7 @@ def test_adoption_keeps_this_nodes_group_and_says_when_the_pools_copy_differs(
 
 def test_a_group_neither_here_nor_on_the_pool_is_reported_not_invented(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    a = make_rig(tmp_path / "a")
-    a.engine.start()
-    a.engine.groups.put("esx", [ESX])
-    a.engine.datastores.put("lun", DatastoreRequest(protocol="iscsi", size="1G",
-                                                    initiator_groups=["esx"]))
-    a.engine.store.delete_datastore("lun")
+    a = _pool_with_a_lun_named_by_group(tmp_path)
     a.engine.store.delete_group("esx")
     a.local.write_secret(GROUP_FILE, '{"name": "esx", "initiators": ["not an iqn"]}')
     with caplog.at_level(logging.INFO):
