@@ -109,7 +109,10 @@ LUN_COMMAND_TIMEOUT_S, LUN_REPLACEMENT_TIMEOUT_S = 300, 900
 # (safe, but the serving node lost a side of its mirror). It is one more term of every
 # unplanned takeover of the serving node.
 PRIORITY_FENCING_DELAY = "45s"
-WATCHDOG_INTERVAL_S = 10
+# fence_scsi's check is a Python start under TCG: every 10 s it took 38% of a vCPU on
+# each node (335 s of CPU in 870 s), much of the bed's load; 30 s keeps a fenced node's
+# self-reboot within the fence round's waits and costs a third.
+WATCHDOG_INTERVAL_S = 30
 # The pool agent's monitor: with a node rebooting beside it under TCG, one on the serving
 # node took over 60 s (the role's default) and pacemaker restarted the group there.
 POOL_MONITOR_TIMEOUT = "180s"
@@ -285,6 +288,7 @@ def crm_config(nodes: tuple[NodeSpec, ...] = NODES, luns: int = LUN_COUNT) -> st
         ha__fence_devices=[lun_path(i) for i in range(luns)],
         ha__fence_resource=FENCE_RSC, ha__stonith_timeout="180s", ha__stickiness=100,
         ha__priority_fencing_delay=PRIORITY_FENCING_DELAY, ha__pool_priority=10,
+        ha__cluster_recheck_interval="2min",
         ha__pool_start_timeout="300s", ha__pool_stop_timeout="180s",
         ha__pool_monitor_interval="20s", ha__pool_monitor_timeout=POOL_MONITOR_TIMEOUT,
         ha__pools=[{"name": POOL, "address": VIP, "cidr_netmask": 24, "also": [WWW_RSC]}],
