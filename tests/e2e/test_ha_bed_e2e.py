@@ -69,6 +69,7 @@ from tests.e2e.harounds import (
     kill_round,
     lun_body,
     lun_read,
+    make_datastore,
     nfs_body,
     planned_round,
     rejoin,
@@ -254,7 +255,7 @@ def test_1b_zds_serves_nfs_and_iscsi_through_the_vip(ha_bed: HaBed) -> None:
         assert c["node"] == active and c["pools"][0]["node"] == active, c
         # a LUN with CHAP: its credentials are kept on the pool (root only), never in a
         # ZFS property, so the node that takes the pool serves it at once
-        made = ok(api.put(f"/datastores/{CHAP_DS}", json=chap_body()), 201)
+        made = make_datastore(api, CHAP_DS, chap_body())
         assert made["serving"] and made["iscsi"]["chap_user"] == CHAP["user"], made
     node = ha_bed.nodes[active]
     mode = node.check(f"stat -c %a /{POOL}/datastores/.zds-secrets/{CHAP_DS}.json").strip()
