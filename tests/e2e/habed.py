@@ -978,8 +978,13 @@ def reread_partitions(app: E2EAppliance) -> None:
 def start_cluster(app: E2EAppliance) -> None:
     """Starts the stack and the watchdog's self-check, and at every boot from now on (a
     configured pair: a node that comes back rejoins, and pacemaker unfences it before it
-    runs anything)."""
-    app.check("systemctl enable --now corosync pacemaker watchdog", timeout=180)
+    runs anything). The start is not waited for: pacemaker's waits for quorum, that is
+    for the peer's corosync, and the enabling alone can outlast a bound (the 20:59 run:
+    seven systemd reloads of about 20 s each, the units' SysV scripts going through
+    update-rc.d, then 180 s ran out while the peer was still enabling). The bed waits
+    for the pair to form instead."""
+    app.check("systemctl enable corosync pacemaker watchdog", timeout=900)
+    app.check("systemctl start --no-block corosync pacemaker watchdog", timeout=120)
 
 
 def start_arbiter(jbod: E2EAppliance) -> None:
