@@ -4,13 +4,16 @@ setup, call and teardown: e2e modules run in phases, interleaved, so a module's 
 count the others' time; a shared boot or reboot counts for the test that triggered it),
 printed at the end of every run and written as JSON
 to ``$ZDS_TEST_TIMINGS`` (scripts/test.sh reads it for its phase table; docs/architecture.md
-keeps the measured table)."""
+keeps the measured table). Each e2e test of a second or more also prints one line as it
+ends (the clock, its seconds, its id), so a run cut off by CI's time limit still shows
+where its time went."""
 
 from __future__ import annotations
 
 import json
 import os
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -35,7 +38,14 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     t0 = time.monotonic()
     yield
     t1 = time.monotonic()
-    for key in _keys(item):
+    keys = _keys(item)
+    if "e2e" in keys and t1 - t0 >= 1:  # skipped and instant tests say nothing
+        reporter = item.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"[e2e {datetime.now():%H:%M:%S}] {t1 - t0:7.1f} s "
+                                f"{item.nodeid}")
+    for key in keys:
         if "/" in key:
             _sums.setdefault(key, [t0, 0.0])[1] += t1 - t0
         else:
