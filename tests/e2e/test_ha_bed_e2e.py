@@ -363,7 +363,7 @@ def test_2_kill_active_node_survivor_fences_imports_and_serves(ha_bed: HaBed) ->
     # victim could have given on a pool of its own (docs/ha.md, "Export ids in a pair")
     first, last = export_block(next(n.nodeid for n in NODES if n.name == survivor))
     with ha_bed.api(survivor) as api:
-        made = ok(api.put("/datastores/haids", json=nfs_body()), 201)
+        made = make_datastore(api, "haids", nfs_body())
         try:
             assert first <= made["nfs"]["export_id"] <= last, (survivor, made["nfs"])
         finally:
