@@ -494,6 +494,11 @@ class _SessionBoot:
 
 
 _session_boot = _SessionBoot()
+# habed.py and the replication pair call booted() as tests.e2e.conftest's: pytest must
+# import this file under that name too (tests/e2e/__init__.py), or there are two modules
+# and booted() sets aside a session appliance that never started, leaving the real one
+# running beside the module's own guests
+assert __name__ == "tests.e2e.conftest", f"tests/e2e/conftest.py imported as {__name__}"
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
