@@ -25,8 +25,7 @@ def journal_logging() -> None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
+    from api import serve
     from api.app import create_app
 
     journal_logging()
@@ -36,7 +35,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if tls:
         local = engine.ctx.local
         local.ensure_tls_certificate(settings.tls_cert, settings.tls_key, local.hostname())
-    uvicorn.run(
+    serve.run(
         create_app(engine),
         host=args.host or settings.listen,
         port=args.port or settings.port,
@@ -56,8 +55,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     import tempfile
     from pathlib import Path
 
-    import uvicorn
-
+    from api import serve
     from api.app import create_app
     from appliance.demo import demo_engine
 
@@ -66,9 +64,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     print(f"ZDS demo API (in-memory fakes, nothing is stored on disk devices)\n"
           f"  http://{args.host}:{args.port}/docs\n  console: http://{args.host}:{args.port}/ui\n"
           f"  token: {token}", flush=True)
-    uvicorn.run(create_app(engine), host=args.host, port=args.port, log_level="warning",
-                limit_concurrency=engine.settings.limit_concurrency,
-                timeout_keep_alive=engine.settings.keep_alive)
+    serve.run(create_app(engine), host=args.host, port=args.port, log_level="warning",
+              limit_concurrency=engine.settings.limit_concurrency,
+              timeout_keep_alive=engine.settings.keep_alive)
     return 0
 
 

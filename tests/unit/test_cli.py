@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from api.cli import main
 from appliance.demo import demo_engine
@@ -166,7 +165,7 @@ def test_serve_bounds_the_connections_uvicorn_takes(tmp_path: Path,
 
     (tmp_path / "zds.toml").write_text("[api]\nlimit_concurrency = 77\n")
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(uvicorn, "run", lambda app, **kw: seen.update(kw))
+    monkeypatch.setattr("api.serve.run", lambda app, **kw: seen.update(kw))
     engines: list[Engine] = []
 
     def engine(settings: Any) -> Engine:
