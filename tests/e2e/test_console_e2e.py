@@ -114,9 +114,9 @@ def test_collector_counts_zvol_writes(appliance: E2EAppliance, api: httpx.Client
 
     The window starts before the zvol exists: the collector counts a zvol it first sees
     from zero, and stamps a sample with the time its collection started. Under load a
-    collection that started before dd can read the zvol in the middle of dd (CI, stop 37:
-    3693 of the 4000 writes went into such a sample, stamped before a window that began
-    at dd's start). Both ends of the window are read on the guest's clock, the one the
+    collection that started before dd can read the zvol in the middle of dd (CI's run of
+    191cc37: 3693 of the 4000 writes went into such a sample, stamped before a window
+    that began at dd's start). Both ends of the window are read on the guest's clock, the one the
     samples are stamped with."""
     created = float(appliance.check("date +%s.%N"))
     ok(api.put("/datastores/web-lun", json={
