@@ -20,17 +20,23 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def serve(engine: Engine) -> Iterator[str]:
-    """Yields the server's base URL once it accepts connections; stops it after."""
-    port = free_port()
-    srv = uvicorn.Server(uvicorn.Config(create_app(engine, start=False), host="127.0.0.1",
-                                        port=port, log_level="warning"))
+def start_in_thread(srv: uvicorn.Server) -> threading.Thread:
+    """Runs ``srv`` in a daemon thread; returns once it accepts connections."""
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
     while not srv.started and time.monotonic() < deadline:
         time.sleep(0.02)
     assert srv.started
+    return thread
+
+
+def serve(engine: Engine) -> Iterator[str]:
+    """Yields the server's base URL once it accepts connections; stops it after."""
+    port = free_port()
+    srv = uvicorn.Server(uvicorn.Config(create_app(engine, start=False), host="127.0.0.1",
+                                        port=port, log_level="warning"))
+    thread = start_in_thread(srv)
     yield f"http://127.0.0.1:{port}"
     srv.should_exit = True
     thread.join(timeout=10)

@@ -21,7 +21,7 @@ from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
 from api.serve import PromptStopServer
-from tests.unit.http_server import free_port
+from tests.unit.http_server import free_port, start_in_thread
 
 
 async def quick(_: Request) -> PlainTextResponse:
@@ -65,12 +65,7 @@ def running(certificate: tuple[Path, Path]) -> Iterator[Running]:
     server = PromptStopServer(uvicorn.Config(
         APP, host="127.0.0.1", port=port, log_level="warning", timeout_keep_alive=75,
         ssl_certfile=str(certificate[0]), ssl_keyfile=str(certificate[1])))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.02)
-    assert server.started
+    thread = start_in_thread(server)
     r = Running(server, thread, f"https://127.0.0.1:{port}")
     yield r
     server.should_exit = True
