@@ -126,13 +126,18 @@ def restarts(appliance: E2EAppliance) -> int:
     return int(appliance.check("systemctl show -p NRestarts --value zds-api.service"))
 
 
+def wait_started(api: httpx.Client) -> None:
+    """Until the API answers health again with its start-up reconcile done."""
+    wait_for_health(api, lambda h: h["status"] in ("ok", "degraded"), timeout=300)
+
+
 def restarted_by_systemd(appliance: E2EAppliance, api: httpx.Client, before: int) -> float:
     """The wait until systemd's own restart of the killed API has reconciled: what a
     crash in the field gets. (A ``systemctl restart`` here as well would stop the API in
     the middle of the start systemd began 3 s after the kill and start it again: about
     30 s more per round under TCG.)"""
     t0 = time.monotonic()
-    wait_for_health(api, lambda h: h["status"] in ("ok", "degraded"), timeout=300)
+    wait_started(api)
     assert restarts(appliance) == before + 1, "systemd did not restart the killed API"
     assert appliance.check("systemctl is-active zds-api.service").strip() == "active"
     return time.monotonic() - t0
@@ -142,7 +147,7 @@ def restart(appliance: E2EAppliance, api: httpx.Client) -> float:
     """``systemctl restart zds-api`` and the wait until start-up has reconciled."""
     t0 = time.monotonic()
     appliance.check("systemctl restart zds-api.service", timeout=180)
-    wait_for_health(api, lambda h: h["status"] in ("ok", "degraded"), timeout=300)
+    wait_started(api)
     return time.monotonic() - t0
 
 
