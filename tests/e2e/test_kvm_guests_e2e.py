@@ -10,6 +10,7 @@ The tests run in order and share the session's appliance (tests/e2e/conftest.py)
 
 from __future__ import annotations
 
+import concurrent.futures
 import re
 import secrets
 import time
@@ -87,6 +88,15 @@ def boot(kernel: guest.GuestKernel, drive: list[str], want: str, log: Path,
     return r
 
 
+def boot_side_by_side(kernel: guest.GuestKernel,
+                      runs: list[tuple[list[str], str, Path, str]]) -> list[guest.GuestRun]:
+    """:func:`boot` for guests on different disks at once, as a host runs several VMs:
+    each QEMU takes a host core, and the appliance serves them both."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        started = [pool.submit(boot, kernel, *run_args) for run_args in runs]
+        return [f.result() for f in started]
+
+
 # ---------------------------------------------------------------------------- iSCSI
 
 
@@ -111,18 +121,20 @@ def test_2_a_clone_of_the_snapshot_boots_a_second_guest_with_the_state_then(
         workdir: Path) -> None:
     a = state["lun_a"]
     ok(api.post("/datastores/kvmlun/snapshots", json={"name": "s1"}), 201)
-    b = note("B")
-    r = boot(kernel, guest.iscsi_drive(appliance.iscsi_port, state["lun_iqn"], HOST_IQN), b,
-             workdir / "lun-2.log", "iscsi_after_snapshot")
-    assert r.boots == [(3, a), (4, b)], r.tail()
     clone = ok(api.post("/datastores/kvmlun/snapshots/s1/clones",
                         json={"name": "kvmlun-clone"}), 201)
     assert clone["iscsi"]["iqn"] != state["lun_iqn"]
     assert clone["iscsi"]["initiators"] == [HOST_IQN]  # access comes with the clone
-    r = boot(kernel, guest.iscsi_drive(appliance.iscsi_port, clone["iscsi"]["iqn"], HOST_IQN),
-             "", workdir / "clone.log", "iscsi_clone")
-    # the clone is the disk as it was at s1: two boots, note A (B came after)
-    assert r.boots == [(3, a)], r.tail()
+    b = note("B")
+    # the LUN's guest writes B while a second guest boots the clone, side by side
+    on_lun, on_clone = boot_side_by_side(kernel, [
+        (guest.iscsi_drive(appliance.iscsi_port, state["lun_iqn"], HOST_IQN), b,
+         workdir / "lun-2.log", "iscsi_after_snapshot"),
+        (guest.iscsi_drive(appliance.iscsi_port, clone["iscsi"]["iqn"], HOST_IQN), "",
+         workdir / "clone.log", "iscsi_clone")])
+    assert on_lun.boots == [(3, a), (4, b)], on_lun.tail()
+    # the clone is the disk as it was at s1: two boots, note A (B is the LUN's alone)
+    assert on_clone.boots == [(3, a)], on_clone.tail()
     state["lun_b"] = b
 
 
@@ -162,16 +174,18 @@ def test_5_nfs_snapshot_clone_and_rollback_bring_the_guest_disk_back(
         workdir: Path) -> None:
     a, path = state["nfs_a"], state["nfs_path"]
     ok(api.post("/datastores/kvmnfs/snapshots", json={"name": "s1"}), 201)
+    clone = ok(api.post("/datastores/kvmnfs/snapshots/s1/clones",
+                        json={"name": "kvmnfs-clone"}), 201)
     b = note("B")
     with Portmapper(appliance.nfs_port, appliance.mountd_port):
-        r = boot(kernel, guest.nfs_drive(path, "guest.qcow2"), b, workdir / "nfs-2.log",
-                 "nfs_after_snapshot")
-        assert r.boots == [(3, a), (4, b)], r.tail()
-        clone = ok(api.post("/datastores/kvmnfs/snapshots/s1/clones",
-                            json={"name": "kvmnfs-clone"}), 201)
-        r = boot(kernel, guest.nfs_drive(clone["nfs"]["path"], "guest.qcow2"), "",
-                 workdir / "nfs-clone.log", "nfs_clone")
-        assert r.boots == [(3, a)], r.tail()
+        # the datastore's guest writes B while a second guest boots the clone's copy
+        on_ds, on_clone = boot_side_by_side(kernel, [
+            (guest.nfs_drive(path, "guest.qcow2"), b, workdir / "nfs-2.log",
+             "nfs_after_snapshot"),
+            (guest.nfs_drive(clone["nfs"]["path"], "guest.qcow2"), "",
+             workdir / "nfs-clone.log", "nfs_clone")])
+        assert on_ds.boots == [(3, a), (4, b)], on_ds.tail()
+        assert on_clone.boots == [(3, a)], on_clone.tail()
         # the guest is off, but ganesha still counts this host as a recent client: the
         # admin who knows the VM is down forces it (a 409 names the client otherwise)
         rb = api.post("/datastores/kvmnfs/snapshots/s1/rollback", json={})
