@@ -106,8 +106,9 @@ def test_long_waits_hold_no_thread_health_and_other_tokens_answer_at_once(
                 t0 = time.monotonic()
                 listed = await c.get(f"{API}/datastores", headers=bearer(other), timeout=5)
                 took_list = time.monotonic() - t0
-                assert health.status_code == 200 and took_health < 1, took_health
-                assert listed.status_code == 200 and took_list < 1, took_list
+                # seconds, against the waits' 60: room for a loaded CI machine
+                assert health.status_code == 200 and took_health < 3, took_health
+                assert listed.status_code == 200 and took_list < 3, took_list
                 assert not any(w.done() for w in waits), "the waits ended early"
             finally:
                 gate.set()
@@ -200,12 +201,12 @@ def test_an_async_wait_wakes_when_the_job_finishes(rig: Rig) -> None:
 
     done, took = asyncio.run(scenario())
     assert done.state == "succeeded" and done.result == {"released": True}
-    assert took < 2, took
+    assert took < 10, took  # against its 30-s timeout and the job's 60 s
     # a wait that runs out answers the job as it is
     held = threading.Event()
     other = rig.engine.jobs.submit("test.hold", None, lambda ctx: {"released": held.wait(60)})
     t0 = time.monotonic()
     assert asyncio.run(rig.engine.jobs.wait_async(other.id, 0.3)).state == "running"
-    assert 0.3 <= time.monotonic() - t0 < 2
+    assert 0.3 <= time.monotonic() - t0 < 10  # not the job's 60 s
     held.set()
     assert rig.engine.jobs._waiters == {}, "a finished wait left its waiter behind"

@@ -237,7 +237,8 @@ def test_a_storm_of_100_puts_from_one_token_over_http_is_all_accepted(tmp_path: 
                 t0 = time.monotonic()
                 health = await other.get(f"{API}/system/health", timeout=5)
                 took = time.monotonic() - t0
-            assert health.status_code == 200 and took < 1, took
+            # seconds, against the held change's: room for a loaded CI machine
+            assert health.status_code == 200 and took < 3, took
             await asyncio.to_thread(held.release)
             answers = await asyncio.gather(*puts)
             codes = sorted({a.status_code for a in answers})
