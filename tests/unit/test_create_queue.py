@@ -170,7 +170,7 @@ def test_creates_still_queued_when_the_api_stops_fail_and_leave_nothing(rig: Rig
         assert isinstance(started, Future)
         rig.engine.datastores.close()
         with pytest.raises(Unavailable, match="stopped before"):
-            started.result(timeout=1)
+            started.result(timeout=10)
         with pytest.raises(Unavailable, match="stopping"):
             rig.engine.datastores.put_start("ds2", request(0))
     finally:
