@@ -1,6 +1,7 @@
 """e2e fixtures: the appliance image booted once per test session under QEMU.
 
-`appliance` builds or reuses the cached image (images/build.py), boots it from a fresh
+`appliance` takes the run's image (tests/e2e/imagecache.py: this tree's, built once and
+cached by images/build.py), boots it from a fresh
 qcow2 overlay with fresh sparse data disks (serials zdsdata0, zdsdata1) and random free
 host ports on 127.0.0.1, and yields an :class:`E2EAppliance`:
 
@@ -50,7 +51,6 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from images import build
 from images.vm import (
     OVMF_CODE,
     OVMF_VARS,
@@ -61,6 +61,7 @@ from images.vm import (
     kvm_works,
     qemu_version,
 )
+from tests.e2e import imagecache
 
 if TYPE_CHECKING:
     from tests.e2e.habed import HaBed
@@ -388,10 +389,11 @@ def _save_warm(app: E2EAppliance, dest: Path) -> None:
 
 
 def built_image() -> Path:
-    """The appliance image of this checkout (built, or reused from the cache)."""
+    """The appliance image this run tests, the same for every module (tests/e2e/
+    imagecache.py: this tree's image already built with its guests saved, else built)."""
     if os.geteuid() != 0:
         pytest.fail("the e2e suite needs root (image build with mmdebstrap, chroot)")
-    return build.build()
+    return imagecache.tested_image()
 
 
 @pytest.fixture(scope="session")

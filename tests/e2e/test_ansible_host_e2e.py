@@ -26,9 +26,10 @@ from typing import Any
 import httpx
 import pytest
 
-from images import build, hostvm
+from images import hostvm
 from images.paths import REPO, cache_root, images_dir
 from tests.e2e.clients import Iscsi, Nfs
+from tests.e2e.conftest import built_image
 from tests.e2e.rest import api_client, ok, wait_for_health
 
 pytestmark = [
@@ -94,7 +95,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
         pytest.fail("needs root (mmdebstrap)")
     workdir = tmp_path_factory.mktemp("ansible-host")
     t0 = time.monotonic()
-    manifest = json.loads((build.build() / "manifest.json").read_text())
+    manifest = json.loads((built_image() / "manifest.json").read_text())
     abi, zfs = manifest["kernel_abi"], manifest["versions"]["zfs-dkms"]
     modules = images_dir() / "zfs-modules" / f"{abi}_zfs-{zfs}"
     assert list(modules.glob("zfs.ko*")), f"no cached ZFS modules in {modules}"

@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from images import build, vagrant
+from images import vagrant
+from tests.e2e.conftest import built_image
 
 pytestmark = [
     pytest.mark.e2e,
@@ -71,7 +72,7 @@ def free_port() -> int:
 @pytest.fixture(scope="module")
 def added_box(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, dict[str, str]]]:
     assert shutil.which("vagrant"), "vagrant is not installed (scripts/setup-host.sh)"
-    box = build.build() / vagrant.BOX_FILE
+    box = built_image() / vagrant.BOX_FILE
     assert box.is_file(), f"the image build made no {box.name}"
     home = tmp_path_factory.mktemp("vagrant-home")
     env = {**os.environ, "VAGRANT_HOME": str(home), "VAGRANT_CHECKPOINT_DISABLE": "1"}
